@@ -1,0 +1,44 @@
+# GPU Portal — two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: demo test lint format bench venv clean
+
+venv: $(STAMP)
+
+# Installs exactly the versions in constraints.txt (the lock), then the project in editable mode.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+# The whole product on the embedded default: SQLite and a server-less broker under var/.
+demo: export DEBUG ?= true
+demo: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py apply_policy examples/policy.yaml
+	$(PY) manage.py seed_demo
+	@echo "GPU Portal on http://$(HOST):$(PORT)/  (Ctrl-C stops it)"
+	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var

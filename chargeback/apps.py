@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChargebackConfig(AppConfig):
+    name = "chargeback"
+    verbose_name = "Chargeback"

@@ -1,0 +1,45 @@
+"""Personal API tokens for scripts. Only a hash of the key is stored."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+TOKEN_PREFIX = "gpt_"
+
+
+def hash_token_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    key_prefix = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="api_token_unique_name_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.name} ({self.key_prefix}…)"
+
+    @classmethod
+    def issue(cls, *, user: object, name: str) -> tuple[ApiToken, str]:
+        """Create a token; returns it and the plain key, which is shown once and never stored."""
+        key = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            user=user, name=name, key_hash=hash_token_key(key), key_prefix=key[:10]
+        )
+        return token, key

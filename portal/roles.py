@@ -1,0 +1,32 @@
+"""Who may do what: the three roles of PRODUCT.md in one place.
+
+- member: belongs to one or more teams (``Team.members``);
+- finance: in the ``finance`` group;
+- admin: ``is_staff``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+FINANCE_GROUP = "finance"
+
+
+def is_admin(user: Any) -> bool:
+    return bool(user.is_authenticated and user.is_staff)
+
+
+def is_finance(user: Any) -> bool:
+    if not user.is_authenticated:
+        return False
+    if is_admin(user):
+        return True
+    return user.groups.filter(name=FINANCE_GROUP).exists()
+
+
+def roles_context(request: HttpRequest) -> dict[str, bool]:
+    """Template context: which role-specific navigation to show."""
+    user = request.user
+    return {"user_is_admin": is_admin(user), "user_is_finance": is_finance(user)}

@@ -1,0 +1,27 @@
+"""Formatting shared by every page: durations, GPU amounts, time stamps."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from django import template
+
+from queues.policy import format_duration
+
+register = template.Library()
+
+
+@register.filter
+def duration(value: timedelta | None) -> str:
+    """``timedelta(hours=1, minutes=30)`` → ``1h30m``; empty for None."""
+    return format_duration(value) if value is not None else ""
+
+
+@register.filter
+def gpus(value: Decimal | int | None) -> str:
+    """A GPU-equivalent amount without trailing zeros: ``Decimal('8.000')`` → ``8``."""
+    if value is None:
+        return ""
+    number = Decimal(value)
+    return format(number.normalize(), "f") if number != number.to_integral_value() else str(int(number))

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from queues.policy import PolicyError
+from queues.services import policy_apply
+
+
+class Command(BaseCommand):
+    help = (
+        "Load GPU classes, capability classes, teams, queues, reservations, rate cards and "
+        "fair-share settings from a policy YAML file (all or nothing)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", type=Path, help="policy YAML file")
+        parser.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+        parser.add_argument(
+            "--prune",
+            action="store_true",
+            help="remove objects the file does not name (deactivate those still referenced)",
+        )
+
+    def handle(self, *args: Any, file: Path, dry_run: bool, prune: bool, **options: Any) -> None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {file}: {exc.strerror}") from exc
+        try:
+            report = policy_apply(text=text, dry_run=dry_run, prune=prune)
+        except PolicyError as exc:
+            lines = "\n".join(f"  {problem}" for problem in exc.problems)
+            raise CommandError(
+                f"{file} was rejected, nothing was written ({len(exc.problems)} problem(s)):\n{lines}"
+            ) from exc
+        self.stdout.write(report.render())

@@ -1,0 +1,489 @@
+"""GPU Portal's domain: GPU and capability classes, queues, teams, quotas, reservations, nodes,
+jobs.
+
+Units: every quota, limit and amount is in GPU-equivalents (a whole GPU is 1, a MIG slice its
+share, a time-slice replica 1/replicas), stored as Decimal with three decimals. What must never
+be violated is a database constraint, not only a form check.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import F, Q
+
+from queues.admission.capability import (
+    CapabilityRequest,
+    GpuClassSpec,
+    Resolution,
+    parse_share,
+    resolve_capability,
+)
+
+NAME_VALIDATOR = RegexValidator(
+    r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$",
+    "Use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit.",
+)
+# A Kubernetes namespace is a DNS-1123 label: no dots.
+NAMESPACE_VALIDATOR = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    "A namespace is a DNS label: lowercase letters, digits and '-', at most 63 characters.",
+)
+
+
+def gpu_amount_field(**kwargs: object) -> models.DecimalField:
+    """A count of GPU-equivalents (three decimals: 1/7 of a GPU is stored as 0.143)."""
+    return models.DecimalField(max_digits=10, decimal_places=3, **kwargs)  # type: ignore[arg-type]
+
+
+class PreemptionClass(models.TextChoices):
+    NEVER = "never", "never preempted"
+    GRACEFUL = "graceful", "graceful (with a grace period)"
+    PREEMPTIBLE = "preemptible", "preemptible"
+
+
+class SharingMode(models.TextChoices):
+    EXCLUSIVE = "exclusive", "exclusive GPUs"
+    MIG = "mig", "MIG slices"
+    TIME_SLICED = "time-sliced", "time-sliced GPUs"
+
+
+class Topology(models.TextChoices):
+    ANY = "", "anywhere"
+    RACK = "rack", "same rack"
+    NETWORK_DOMAIN = "network_domain", "same network domain"
+
+
+class ActiveQuerySet(models.QuerySet):
+    def active(self) -> ActiveQuerySet:
+        """Objects offered for new submissions (pruned-but-referenced ones are inactive)."""
+        return self.filter(active=True)
+
+
+class GpuClass(models.Model):
+    """One kind of accelerator as the cluster has it."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    product = models.CharField(
+        max_length=200,
+        unique=True,
+        help_text="nvidia.com/gpu.product as GPU feature discovery reports it, without the "
+        "-SHARED and -MIG-… suffixes.",
+    )
+    description = models.TextField(blank=True)
+    hbm_gb = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    precisions = models.JSONField(default=list, help_text='e.g. ["fp64", "bf16", "fp8"]')
+    mig_profiles = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='MIG profile → share of the GPU, e.g. {"1g.10gb": "1/7"}',
+    )
+    rdma = models.BooleanField(default=False)
+    tier = models.PositiveSmallIntegerField(default=1, help_text="Higher is faster.")
+    active = models.BooleanField(default=True)
+
+    objects = ActiveQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tier", "name"]
+        verbose_name = "GPU class"
+        verbose_name_plural = "GPU classes"
+        constraints = [
+            models.CheckConstraint(condition=Q(hbm_gb__gt=0), name="gpu_class_hbm_positive"),
+            models.CheckConstraint(condition=Q(tier__gt=0), name="gpu_class_tier_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def spec(self) -> GpuClassSpec:
+        return GpuClassSpec(
+            name=self.name,
+            hbm_gb=self.hbm_gb,
+            precisions=frozenset(self.precisions),
+            mig_profiles={p: parse_share(s) for p, s in sorted(self.mig_profiles.items())},
+            rdma=self.rdma,
+            tier=self.tier,
+        )
+
+    def mig_share(self, profile: str) -> Fraction:
+        return parse_share(self.mig_profiles[profile])
+
+
+class CapabilityClass(models.Model):
+    """What a job asks for instead of a SKU; resolves to the GPU classes that satisfy it."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    min_hbm_gb = models.PositiveIntegerField(default=0)
+    precisions = models.JSONField(default=list, blank=True)
+    mig_profile = models.CharField(max_length=32, blank=True)
+    rdma = models.BooleanField(default=False)
+    min_tier = models.PositiveSmallIntegerField(default=0)
+    active = models.BooleanField(default=True)
+
+    objects = ActiveQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "capability classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def request(self) -> CapabilityRequest:
+        return CapabilityRequest(
+            name=self.name,
+            min_hbm_gb=self.min_hbm_gb,
+            precisions=frozenset(self.precisions),
+            mig_profile=self.mig_profile or None,
+            rdma=self.rdma,
+            min_tier=self.min_tier,
+        )
+
+    def resolve(self, gpu_classes: list[GpuClass]) -> Resolution:
+        """Which of ``gpu_classes`` satisfy this class, and why each other one does not."""
+        return resolve_capability(self.request(), [g.spec() for g in gpu_classes])
+
+
+class Team(models.Model):
+    """A tenant: members, Kubernetes namespace, cost center, fair-share weight, quotas."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    namespace = models.CharField(max_length=63, unique=True, validators=[NAMESPACE_VALIDATOR])
+    cost_center = models.CharField(max_length=64)
+    fair_share_weight = models.DecimalField(max_digits=8, decimal_places=3, default=Decimal(1))
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="gpu_teams", blank=True)
+    active = models.BooleanField(default=True)
+
+    objects = ActiveQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gt=0), name="team_fair_share_weight_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """A team's share of one GPU class: guaranteed (nominal) and how far beyond it may borrow."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.PROTECT, related_name="quotas")
+    nominal = gpu_amount_field(default=Decimal(0))
+    borrowing_limit = gpu_amount_field(default=Decimal(0))
+
+    class Meta:
+        ordering = ["team__name", "gpu_class__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "gpu_class"], name="quota_one_per_team_class"),
+            models.CheckConstraint(condition=Q(nominal__gte=0), name="quota_nominal_not_negative"),
+            models.CheckConstraint(
+                condition=Q(borrowing_limit__gte=0), name="quota_borrowing_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.gpu_class}: {self.nominal} (+{self.borrowing_limit})"
+
+
+class Queue(models.Model):
+    """A service class with published terms: what a member is promised before submitting."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    priority = models.IntegerField(default=0, help_text="Higher runs first.")
+    expected_wait_target = models.DurationField()
+    max_runtime = models.DurationField()
+    default_runtime = models.DurationField()
+    preemption_class = models.CharField(max_length=16, choices=PreemptionClass.choices)
+    grace_period = models.DurationField(null=True, blank=True)
+    sharing_mode = models.CharField(max_length=16, choices=SharingMode.choices)
+    allowed_gpu_classes = models.ManyToManyField(GpuClass, related_name="queues")
+    allowed_capability_classes = models.ManyToManyField(CapabilityClass, related_name="queues")
+    checkpoint_interval = models.DurationField(null=True, blank=True)
+    max_gpus_per_job = gpu_amount_field()
+    max_running_jobs_per_user = models.PositiveIntegerField(null=True, blank=True)
+    max_gpus_per_user = gpu_amount_field(null=True, blank=True)
+    min_job_priority = models.IntegerField(default=0)
+    default_job_priority = models.IntegerField(default=0)
+    max_job_priority = models.IntegerField(default=0)
+    teams = models.ManyToManyField(Team, related_name="queues", blank=True)
+    may_borrow = models.BooleanField(default=False)
+    reservation_only = models.BooleanField(default=False)
+    required_topology = models.CharField(
+        max_length=16, choices=Topology.choices, blank=True, default=Topology.ANY
+    )
+    active = models.BooleanField(default=True)
+
+    objects = ActiveQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-priority", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(default_runtime__lte=F("max_runtime")),
+                name="queue_default_runtime_within_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_gpus_per_job__gt=0), name="queue_max_gpus_per_job_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(preemption_class=PreemptionClass.NEVER)
+                | Q(checkpoint_interval__isnull=False),
+                name="queue_preemptible_needs_checkpoint_interval",
+            ),
+            models.CheckConstraint(
+                condition=~Q(preemption_class=PreemptionClass.GRACEFUL)
+                | Q(grace_period__isnull=False),
+                name="queue_graceful_needs_grace_period",
+            ),
+            models.CheckConstraint(
+                condition=Q(may_borrow=False) | ~Q(preemption_class=PreemptionClass.NEVER),
+                name="queue_only_preemptible_work_borrows",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_job_priority__lte=F("default_job_priority"))
+                & Q(default_job_priority__lte=F("max_job_priority")),
+                name="queue_job_priority_bounds_ordered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def may_preempt(self) -> bool:
+        return self.preemption_class != PreemptionClass.NEVER
+
+
+class Reservation(models.Model):
+    """Guaranteed capacity for a team (optionally one queue) in a window, or standing."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="reservations")
+    queue = models.ForeignKey(
+        Queue, on_delete=models.PROTECT, related_name="reservations", null=True, blank=True
+    )
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.PROTECT, related_name="reservations")
+    amount = gpu_amount_field()
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+
+    objects = ActiveQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="reservation_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(starts_at__isnull=True, ends_at__isnull=True)
+                | Q(starts_at__isnull=False, ends_at__isnull=False, ends_at__gt=F("starts_at")),
+                name="reservation_standing_or_end_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def standing(self) -> bool:
+        return self.starts_at is None
+
+    def is_in_force(self, at: datetime) -> bool:
+        if self.standing:
+            return True
+        assert self.starts_at is not None and self.ends_at is not None
+        return self.starts_at <= at < self.ends_at
+
+
+class MaintenanceState(models.TextChoices):
+    NONE = "", "in service"
+    CORDONED = "cordoned", "cordoned"
+    DRAINING = "draining", "draining"
+
+
+class Node(models.Model):
+    """The portal's mirror of a cluster node (written by the reconcile, read by everything)."""
+
+    name = models.CharField(max_length=253, unique=True)
+    gpu_class = models.ForeignKey(
+        GpuClass, on_delete=models.PROTECT, related_name="nodes", null=True, blank=True
+    )
+    product = models.CharField(max_length=200, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    mig_layout = models.JSONField(
+        default=dict, blank=True, help_text="MIG profile → slices on this node"
+    )
+    time_slice_replicas = models.PositiveIntegerField(default=1)
+    rack = models.CharField(max_length=100, blank=True)
+    network_domain = models.CharField(max_length=100, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    healthy = models.BooleanField(default=True)
+    health_reason = models.CharField(max_length=300, blank=True)
+    maintenance = models.CharField(
+        max_length=16, choices=MaintenanceState.choices, blank=True, default=MaintenanceState.NONE
+    )
+    maintenance_reason = models.CharField(max_length=300, blank=True)
+    maintenance_until = models.DateTimeField(null=True, blank=True)
+    gpus_used_outside = gpu_amount_field(default=Decimal(0))
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(time_slice_replicas__gte=1), name="node_time_slice_replicas_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(gpus_used_outside__gte=0), name="node_outside_use_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+
+
+ACTIVE_JOB_STATES = (JobState.PENDING, JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
+FINISHED_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class CapacityKind(models.TextChoices):
+    NOMINAL = "nominal"
+    BORROWED = "borrowed"
+    RESERVED = "reserved"
+
+
+class Job(models.Model):
+    """A member's request for GPUs: one Kubernetes Job, a gang when it has several pods."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="gpu_jobs"
+    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
+    capability_class = models.ForeignKey(
+        CapabilityClass, on_delete=models.PROTECT, related_name="jobs"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    pods = models.PositiveIntegerField(default=1)
+    gpus_per_pod = models.PositiveIntegerField(
+        default=1, help_text="Devices per pod: whole GPUs, MIG slices or time-slice replicas."
+    )
+    mig_profile = models.CharField(max_length=32, blank=True)
+    cpu_millicores_per_pod = models.PositiveIntegerField(default=1000)
+    memory_mib_per_pod = models.PositiveIntegerField(default=4096)
+    declared_gpu_memory_gb = models.PositiveIntegerField(null=True, blank=True)
+    image = models.CharField(max_length=500)
+    command = models.JSONField(default=list, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    runtime_limit = models.DurationField()
+    checkpoint_interval = models.DurationField(null=True, blank=True)
+    priority = models.IntegerField(default=0)
+    state = models.CharField(
+        max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True
+    )
+    terminating = models.BooleanField(default=False)
+    gpu_class = models.ForeignKey(
+        GpuClass, on_delete=models.PROTECT, related_name="jobs", null=True, blank=True
+    )
+    nodes = models.JSONField(default=list, blank=True, help_text="Node of each pod.")
+    capacity_kind = models.CharField(max_length=16, choices=CapacityKind.choices, blank=True)
+    reservation = models.ForeignKey(
+        Reservation, on_delete=models.PROTECT, related_name="jobs", null=True, blank=True
+    )
+    k8s_job_name = models.CharField(max_length=63, blank=True)
+    submitted_at = models.DateTimeField(db_index=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    failure_reason = models.CharField(max_length=300, blank=True)
+    pending_reasons = models.JSONField(default=list, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["team", "state"], name="job_team_state"),
+            models.Index(fields=["queue", "state"], name="job_queue_state"),
+            models.Index(fields=["owner", "state"], name="job_owner_state"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(pods__gte=1), name="job_pods_positive"),
+            models.CheckConstraint(
+                condition=Q(gpus_per_pod__gte=1), name="job_gpus_per_pod_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(cpu_millicores_per_pod__gt=0), name="job_cpu_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(memory_mib_per_pod__gt=0), name="job_memory_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(runtime_limit__gt=timedelta(0)),
+                name="job_runtime_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.state})"
+
+
+class JobEvent(models.Model):
+    """One entry of a job's timeline (submitted, admitted, started, preempted, finished…)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=32)
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="job_event_job_at")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class FairShareSettings(models.Model):
+    """Cluster-wide fair-share settings; one row (pk 1)."""
+
+    usage_half_life = models.DurationField()
+
+    class Meta:
+        verbose_name = "fair-share settings"
+        verbose_name_plural = "fair-share settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="fair_share_settings_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"usage half-life {self.usage_half_life}"

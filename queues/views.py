@@ -1,0 +1,36 @@
+"""HTML pages of the queue catalog. Thin: they ask selectors and render."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from queues.models import GpuClass
+from queues.selectors import queues_visible_to, teams_of
+
+
+@login_required
+def catalog(request: HttpRequest) -> HttpResponse:
+    queues = queues_visible_to(request.user)
+    return render(
+        request,
+        "queues/catalog.html",
+        {"queues": queues, "my_teams": teams_of(request.user)},
+    )
+
+
+@login_required
+def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
+    queue = get_object_or_404(queues_visible_to(request.user), name=name)
+    allowed = list(queue.allowed_gpu_classes.all())
+    every_class = list(GpuClass.objects.active().order_by("tier", "name"))
+    capabilities = [
+        (capability, capability.resolve(allowed), capability.resolve(every_class))
+        for capability in queue.allowed_capability_classes.all()
+    ]
+    return render(
+        request,
+        "queues/queue_detail.html",
+        {"queue": queue, "capabilities": capabilities, "my_teams": teams_of(request.user)},
+    )

@@ -1,0 +1,71 @@
+"""Shared fixtures: the example policy applied, and the personas of PRODUCT.md.
+
+Personas (after ``example_policy``): ``mia`` is a member of vision and nlp; ``sara`` of search
+only; ``outsider`` of no team; ``fiona`` is finance; ``ada`` is an admin.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from rest_framework.test import APIClient
+
+from portal.models import ApiToken
+from portal.roles import FINANCE_GROUP
+from queues.services import policy_apply
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
+
+
+@pytest.fixture
+def example_policy(db):
+    return policy_apply(text=EXAMPLE_POLICY.read_text())
+
+
+@pytest.fixture
+def mia(example_policy):
+    return get_user_model().objects.get(username="mia")
+
+
+@pytest.fixture
+def sara(example_policy):
+    return get_user_model().objects.get(username="sara")
+
+
+@pytest.fixture
+def outsider(db):
+    return get_user_model().objects.create_user("outsider", password="pw-for-tests")
+
+
+@pytest.fixture
+def fiona(db):
+    user = get_user_model().objects.create_user("fiona", password="pw-for-tests")
+    user.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
+    return user
+
+
+@pytest.fixture
+def ada(db):
+    return get_user_model().objects.create_user("ada", password="pw-for-tests", is_staff=True)
+
+
+@pytest.fixture
+def api():
+    return APIClient()
+
+
+@pytest.fixture
+def api_as():
+    """An API client authenticated with a personal token of the given user (as scripts call it)."""
+
+    def make(user):
+        _, key = ApiToken.issue(user=user, name="tests")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+        return client
+
+    return make

@@ -1,0 +1,9 @@
+"""Loaded with ``-p tests.testenv`` (see pyproject.toml) before Django's settings are read.
+
+Tests run with DEBUG off, as production does, so they need a SECRET_KEY; CI and a developer's
+environment may set their own.
+"""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret")
