@@ -121,12 +121,16 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "staticfiles")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Hashed, compressed file names need `collectstatic` first (the Docker image runs it); local runs
+# and tests serve the files as they are.
+STATICFILES_MANIFEST = env.bool("STATICFILES_MANIFEST", default=not DEBUG)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
-        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
-        if DEBUG
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if STATICFILES_MANIFEST
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
 WHITENOISE_USE_FINDERS = True

@@ -63,7 +63,7 @@ def api_as():
     """An API client authenticated with a personal token of the given user (as scripts call it)."""
 
     def make(user):
-        _, key = ApiToken.issue(user=user, name="tests")
+        _, key = ApiToken.issue(user=user, name=f"tests-{ApiToken.objects.count()}")
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         return client

@@ -7,3 +7,4 @@ environment may set their own.
 import os
 
 os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret")
+os.environ.setdefault("STATICFILES_MANIFEST", "false")
