@@ -165,7 +165,7 @@ SPECTACULAR_SETTINGS = {
 # --- Celery ------------------------------------------------------------------------------------
 # Without CELERY_BROKER_URL the broker is kombu's filesystem transport under var/: no server to
 # run. Production sets redis://…. The database stays the source of truth; messages only nudge.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or "filesystem://"
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "celery" / "broker"

@@ -70,7 +70,16 @@ class QueueAdmin(admin.ModelAdmin):
 
 @admin.register(Reservation)
 class ReservationAdmin(admin.ModelAdmin):
-    list_display = ["name", "team", "queue", "gpu_class", "amount", "starts_at", "ends_at", "active"]
+    list_display = [
+        "name",
+        "team",
+        "queue",
+        "gpu_class",
+        "amount",
+        "starts_at",
+        "ends_at",
+        "active",
+    ]
     list_filter = ["active", "gpu_class", "team"]
     list_select_related = ["team", "queue", "gpu_class"]
 
@@ -100,7 +109,17 @@ class JobEventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["id", "name", "owner", "team", "queue", "state", "pods", "gpu_class", "submitted_at"]
+    list_display = [
+        "id",
+        "name",
+        "owner",
+        "team",
+        "queue",
+        "state",
+        "pods",
+        "gpu_class",
+        "submitted_at",
+    ]
     list_filter = ["state", "queue", "team"]
     search_fields = ["id", "name", "owner__username", "k8s_job_name"]
     list_select_related = ["owner", "team", "queue", "gpu_class"]

@@ -76,7 +76,7 @@ class PolicyError(Exception):
 
 
 def parse_duration(value: Any) -> timedelta:
-    """``"90s"``, ``"15m"``, ``"4h"``, ``"1h30m"``, ``"7d"`` (or a number of seconds) → timedelta."""
+    """``"90s"``, ``"15m"``, ``"4h"``, ``"1h30m"``, ``"7d"`` or a number of seconds → timedelta."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration like '4h' or '30m'")
     if isinstance(value, int):
@@ -677,7 +677,8 @@ def _job_priority(entry: _Entry) -> dict[str, int]:
     if not bounds["min"] <= bounds["default"] <= bounds["max"]:
         entry.problem(
             "job_priority",
-            f"needs min ≤ default ≤ max (got {bounds['min']}, {bounds['default']}, {bounds['max']})",
+            "needs min ≤ default ≤ max "
+            f"(got {bounds['min']}, {bounds['default']}, {bounds['max']})",
         )
     return bounds
 
@@ -869,7 +870,8 @@ def _parse_rate_cards(
                 Problem(
                     f"rate_cards[{newest_key}]",
                     "weights",
-                    f"the newest rate card must weigh every GPU class; missing: {', '.join(missing)}",
+                    "the newest rate card must weigh every GPU class; "
+                    f"missing: {', '.join(missing)}",
                 )
             )
     return dict(sorted(result.items()))
@@ -909,7 +911,7 @@ def dump_policy(policy: Policy) -> str:
     for section in NAMED_SECTIONS:
         if section in policy:
             document[section] = [
-                {"name": name, **_drop_defaults(section, fields)}
+                {"name": name, **_drop_defaults(fields)}
                 for name, fields in policy[section].items()
             ]
     if "rate_cards" in policy:
@@ -933,15 +935,9 @@ def dump_policy(policy: Policy) -> str:
     )
 
 
-def _drop_defaults(section: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+def _drop_defaults(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Leave out empty optional fields so exported files read like hand-written ones."""
-    return {
-        k: v
-        for k, v in fields.items()
-        if v is not None
-        and v != ""
-        and not (k in ("description", "mig_profile", "required_topology") and not v)
-    }
+    return {k: v for k, v in fields.items() if v is not None and v != ""}
 
 
 # --- What a policy promises ----------------------------------------------------------------------
@@ -976,9 +972,7 @@ def policy_overlay(current: Policy, file_policy: Policy, *, prune: bool) -> Poli
     """The policy the database will hold once ``file_policy`` is applied over ``current``."""
     result: Policy = {section: dict(current.get(section, {})) for section in SECTIONS}
     for section, objects in file_policy.items():
-        if section == "fair_share":
-            result[section] = dict(objects)
-        elif prune and section in NAMED_SECTIONS:
+        if section == "fair_share" or (prune and section in NAMED_SECTIONS):
             result[section] = dict(objects)
         else:
             result[section].update(objects)

@@ -69,8 +69,10 @@ def policy_current() -> Policy:
         }
         for t in teams
     }
-    queues = Queue.objects.active().order_by("name").prefetch_related(
-        "allowed_gpu_classes", "allowed_capability_classes", "teams"
+    queues = (
+        Queue.objects.active()
+        .order_by("name")
+        .prefetch_related("allowed_gpu_classes", "allowed_capability_classes", "teams")
     )
     policy["queues"] = {q.name: queue_policy_fields(q) for q in queues}
     policy["reservations"] = {
@@ -95,7 +97,10 @@ def policy_current() -> Policy:
             "currency": card.currency,
             "price_per_normalized_gpu_hour": card.price_per_normalized_gpu_hour,
             "note": card.note,
-            "weights": {w.gpu_class.name: w.weight for w in sorted(card.weights.all(), key=lambda w: w.gpu_class.name)},
+            "weights": {
+                w.gpu_class.name: w.weight
+                for w in sorted(card.weights.all(), key=lambda w: w.gpu_class.name)
+            },
         }
         for card in cards
     }
@@ -154,9 +159,7 @@ def queues_visible_to(user: Any) -> QuerySet[Queue]:
     )
     if is_admin(user):
         return queues
-    return queues.filter(
-        Q(teams__members=user) & Q(teams__active=True)
-    ).distinct()
+    return queues.filter(Q(teams__members=user) & Q(teams__active=True)).distinct()
 
 
 def teams_of(user: Any) -> QuerySet[Team]:
@@ -174,5 +177,7 @@ def capability_classes_resolved(
 ) -> list[CapabilityResolution]:
     """Each capability class with the active GPU classes it resolves to and why not the others."""
     gpu_classes = list(GpuClass.objects.active().order_by("tier", "name"))
-    classes = capability_classes if capability_classes is not None else CapabilityClass.objects.active()
+    classes = (
+        capability_classes if capability_classes is not None else CapabilityClass.objects.active()
+    )
     return [CapabilityResolution(c, c.resolve(gpu_classes)) for c in classes]

@@ -21,7 +21,16 @@ class DurationText(serializers.Field):
 class GpuClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = GpuClass
-        fields = ["name", "product", "description", "hbm_gb", "precisions", "mig_profiles", "rdma", "tier"]
+        fields = [
+            "name",
+            "product",
+            "description",
+            "hbm_gb",
+            "precisions",
+            "mig_profiles",
+            "rdma",
+            "tier",
+        ]
 
 
 class MismatchSerializer(serializers.Serializer):

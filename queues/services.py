@@ -118,10 +118,14 @@ def display(value: Any) -> str:
     return str(value)
 
 
-def diff_fields(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any, Any]]:
+def diff_fields(
+    old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
+) -> list[tuple[str, Any, Any]]:
     """Field-by-field differences, descending into nested mappings (quotas, weights)."""
     differences: list[tuple[str, Any, Any]] = []
-    for key in sorted(set(old) | set(new), key=lambda k: (list(new).index(k) if k in new else 999, k)):
+    for key in sorted(
+        set(old) | set(new), key=lambda k: (list(new).index(k) if k in new else 999, k)
+    ):
         before, after = old.get(key), new.get(key)
         if isinstance(before, Mapping) or isinstance(after, Mapping):
             differences += diff_fields(before or {}, after or {}, f"{prefix}{key}.")
@@ -165,7 +169,9 @@ def policy_apply(*, text: str, dry_run: bool = False, prune: bool = False) -> Po
             for key in current["rate_cards"]:
                 if key not in wanted["rate_cards"]:
                     report.changes.append(
-                        Change("rate_cards", key, "not in file", note="rate cards are never removed")
+                        Change(
+                            "rate_cards", key, "not in file", note="rate cards are never removed"
+                        )
                     )
         if dry_run:
             transaction.set_rollback(True)
@@ -178,7 +184,8 @@ def _rate_card_rewrites(current: Policy, wanted: Policy) -> list[Problem]:
         stored = current["rate_cards"].get(key)
         if stored is not None and diff_fields(stored, card):
             differences = ", ".join(
-                f"{name} {display(old)} → {display(new)}" for name, old, new in diff_fields(stored, card)
+                f"{name} {display(old)} → {display(new)}"
+                for name, old, new in diff_fields(stored, card)
             )
             problems.append(
                 Problem(
@@ -206,7 +213,11 @@ def _overcommitments(result: Policy, *, now: datetime) -> list[Problem]:
         if gpu_class not in capacity:
             continue
         quotas = sum(
-            (t["quotas"][gpu_class]["nominal"] for t in result["teams"].values() if gpu_class in t["quotas"]),
+            (
+                t["quotas"][gpu_class]["nominal"]
+                for t in result["teams"].values()
+                if gpu_class in t["quotas"]
+            ),
             Decimal(0),
         )
         reserved, peak_at = peak_reserved(
@@ -240,7 +251,9 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
             report.changes.append(Change("fair_share", "settings", "created"))
         elif before != wanted["fair_share"]:
             report.changes.append(
-                Change("fair_share", "settings", "changed", diff_fields(before, wanted["fair_share"]))
+                Change(
+                    "fair_share", "settings", "changed", diff_fields(before, wanted["fair_share"])
+                )
             )
     writers = {
         "gpu_classes": _write_gpu_class,

@@ -24,4 +24,8 @@ def gpus(value: Decimal | int | None) -> str:
     if value is None:
         return ""
     number = Decimal(value)
-    return format(number.normalize(), "f") if number != number.to_integral_value() else str(int(number))
+    return (
+        format(number.normalize(), "f")
+        if number != number.to_integral_value()
+        else str(int(number))
+    )

@@ -15,8 +15,12 @@ from queues.admission.capability import (
 )
 
 MIG = {"1g.10gb": Fraction(1, 7), "3g.40gb": Fraction(3, 7), "7g.80gb": Fraction(1)}
-H100 = GpuClassSpec("h100-80gb", 80, frozenset({"fp64", "tf32", "bf16", "fp16", "fp8", "int8"}), MIG, True, 4)
-A100 = GpuClassSpec("a100-80gb", 80, frozenset({"fp64", "tf32", "bf16", "fp16", "int8"}), MIG, True, 3)
+H100 = GpuClassSpec(
+    "h100-80gb", 80, frozenset({"fp64", "tf32", "bf16", "fp16", "fp8", "int8"}), MIG, True, 4
+)
+A100 = GpuClassSpec(
+    "a100-80gb", 80, frozenset({"fp64", "tf32", "bf16", "fp16", "int8"}), MIG, True, 3
+)
 L4 = GpuClassSpec("l4", 24, frozenset({"tf32", "bf16", "fp16", "fp8", "int8"}), {}, False, 2)
 T4 = GpuClassSpec("t4", 16, frozenset({"fp16", "int8"}), {}, False, 1)
 CLUSTER = [T4, L4, A100, H100]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from django.urls import reverse
 
 from queues.models import Queue
 from tests.factories import QueueFactory, TeamFactory
@@ -78,7 +77,9 @@ class TestCatalogPage:
 
         assert "batch" not in [q.name for q in response.context["queues"]]
 
-    def test_listing_costs_the_same_queries_however_many_queues(self, mia, django_assert_max_num_queries):
+    def test_listing_costs_the_same_queries_however_many_queues(
+        self, mia, django_assert_max_num_queries
+    ):
         client = page_client(mia)
         client.get("/queues/")
         team = mia.gpu_teams.first()
@@ -113,7 +114,12 @@ class TestQueueDetailPage:
 
 class TestCatalogApi:
     def test_anonymous_calls_get_401_with_a_challenge(self, api, example_policy):
-        for url in ("/api/queues/", "/api/queues/batch/", "/api/gpu-classes/", "/api/capability-classes/"):
+        for url in (
+            "/api/queues/",
+            "/api/queues/batch/",
+            "/api/gpu-classes/",
+            "/api/capability-classes/",
+        ):
             response = api.get(url)
             assert response.status_code == 401, url
             assert response["WWW-Authenticate"] == "Token", url
@@ -144,7 +150,13 @@ class TestCatalogApi:
             "grace_period": None,
             "sharing_mode": "exclusive",
             "allowed_gpu_classes": ["t4", "l4", "a100-80gb", "h100-80gb"],
-            "allowed_capability_classes": ["any-gpu", "bf16-large", "fp8", "inference-16gb", "min-40gb"],
+            "allowed_capability_classes": [
+                "any-gpu",
+                "bf16-large",
+                "fp8",
+                "inference-16gb",
+                "min-40gb",
+            ],
             "checkpoint_interval": "30m",
             "max_gpus_per_job": "8.000",
             "max_running_jobs_per_user": None,
@@ -211,7 +223,9 @@ class TestCatalogApi:
         assert docs.status_code == 200
         assert b"swagger-ui" in docs.content
 
-    def test_queue_api_costs_the_same_queries_however_many_queues(self, api_as, mia, django_assert_max_num_queries):
+    def test_queue_api_costs_the_same_queries_however_many_queues(
+        self, api_as, mia, django_assert_max_num_queries
+    ):
         client = api_as(mia)
         team = TeamFactory()
         team.members.add(mia)

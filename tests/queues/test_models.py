@@ -64,9 +64,7 @@ def test_gpu_products_and_team_namespaces_are_unique():
         ("queues_gpuclass.product", "queues_gpuclass_product_key"),
         product="NVIDIA-L4",
     )
-    refused(
-        TeamFactory, ("queues_team.namespace", "queues_team_namespace_key"), namespace="team-a"
-    )
+    refused(TeamFactory, ("queues_team.namespace", "queues_team_namespace_key"), namespace="team-a")
 
 
 def test_one_quota_per_team_and_gpu_class():
@@ -204,7 +202,9 @@ def test_rate_cards_have_one_weight_per_class_and_positive_values():
         gpu_class=weight.gpu_class,
     )
     refused(RateCardWeightFactory, "rate_weight_positive", weight=Decimal(0))
-    refused(RateCardFactory, "rate_card_price_not_negative", price_per_normalized_gpu_hour=Decimal(-1))
+    refused(
+        RateCardFactory, "rate_card_price_not_negative", price_per_normalized_gpu_hour=Decimal(-1)
+    )
     refused(RateCardFactory, "rate_card_currency_iso_code", currency="eur")
 
 

@@ -13,7 +13,15 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from chargeback.models import RateCard
-from queues.models import CapabilityClass, FairShareSettings, GpuClass, Queue, Quota, Reservation, Team
+from queues.models import (
+    CapabilityClass,
+    FairShareSettings,
+    GpuClass,
+    Queue,
+    Quota,
+    Reservation,
+    Team,
+)
 from queues.policy import PolicyError, dump_policy
 from queues.selectors import policy_current
 from queues.services import policy_apply
@@ -54,7 +62,10 @@ class TestApply:
 
         assert report.changed
         assert sorted(GpuClass.objects.values_list("name", flat=True)) == [
-            "a100-80gb", "h100-80gb", "l4", "t4",
+            "a100-80gb",
+            "h100-80gb",
+            "l4",
+            "t4",
         ]
         assert CapabilityClass.objects.count() == 8
         assert Team.objects.count() == 5
@@ -67,15 +78,25 @@ class TestApply:
         assert batch.preemption_class == "preemptible"
         assert batch.checkpoint_interval == timedelta(minutes=30)
         assert batch.max_runtime == timedelta(days=3)
-        assert (batch.min_job_priority, batch.default_job_priority, batch.max_job_priority) == (0, 5, 10)
+        assert (batch.min_job_priority, batch.default_job_priority, batch.max_job_priority) == (
+            0,
+            5,
+            10,
+        )
         assert sorted(batch.allowed_gpu_classes.values_list("name", flat=True)) == [
-            "a100-80gb", "h100-80gb", "l4", "t4",
+            "a100-80gb",
+            "h100-80gb",
+            "l4",
+            "t4",
         ]
         card = RateCard.objects.get()
         assert card.currency == "EUR"
         assert card.price_per_normalized_gpu_hour == Decimal("1.20")
         assert {w.gpu_class.name: w.weight for w in card.weights.all()} == {
-            "h100-80gb": Decimal(4), "a100-80gb": Decimal("2.5"), "l4": Decimal(1), "t4": Decimal("0.5"),
+            "h100-80gb": Decimal(4),
+            "a100-80gb": Decimal("2.5"),
+            "l4": Decimal(1),
+            "t4": Decimal("0.5"),
         }
 
     def test_it_creates_missing_members_without_a_usable_password_and_lists_them(self):
@@ -88,8 +109,12 @@ class TestApply:
         assert not get_user_model().objects.get(username="noah").has_usable_password()
         assert get_user_model().objects.get(username="mia").check_password("kept-secret")
         assert "users created without a usable password: " in report.render()
-        assert sorted(Team.objects.get(name="vision").members.values_list("username", flat=True)) == [
-            "mia", "vera", "victor",
+        assert sorted(
+            Team.objects.get(name="vision").members.values_list("username", flat=True)
+        ) == [
+            "mia",
+            "vera",
+            "victor",
         ]
 
     def test_applying_the_same_file_twice_changes_nothing_and_says_so(self):
@@ -155,7 +180,10 @@ class TestApply:
 
         report = policy_apply(text=text_of(data))
 
-        assert "? queues interactive-mig: not in file (left alone; --prune removes it)" in report.render()
+        assert (
+            "? queues interactive-mig: not in file (left alone; --prune removes it)"
+            in report.render()
+        )
         assert Queue.objects.get(name="interactive-mig").active
 
     def test_prune_removes_unreferenced_objects(self):
@@ -172,14 +200,20 @@ class TestApply:
         policy_apply(text=EXAMPLE_POLICY.read_text())
         queue = Queue.objects.get(name="interactive-mig")
         team = Team.objects.get(name="vision")
-        JobFactory(queue=queue, team=team, capability_class=CapabilityClass.objects.get(name="mig-1g.10gb"))
-        JobFactory(queue=queue, team=team, capability_class=CapabilityClass.objects.get(name="mig-1g.10gb"))
+        JobFactory(
+            queue=queue, team=team, capability_class=CapabilityClass.objects.get(name="mig-1g.10gb")
+        )
+        JobFactory(
+            queue=queue, team=team, capability_class=CapabilityClass.objects.get(name="mig-1g.10gb")
+        )
         data = example()
         data["queues"] = [q for q in data["queues"] if q["name"] != "interactive-mig"]
 
         report = policy_apply(text=text_of(data), prune=True)
 
-        assert "- queues interactive-mig: deactivated (still referenced by 2 jobs)" in report.render()
+        assert (
+            "- queues interactive-mig: deactivated (still referenced by 2 jobs)" in report.render()
+        )
         queue.refresh_from_db()
         assert not queue.active
         assert queue.jobs.count() == 2
@@ -210,14 +244,21 @@ class TestApply:
         policy_apply(text=EXAMPLE_POLICY.read_text())
         data = example()
         data["rate_cards"].append(
-            {**data["rate_cards"][0], "effective_from": "2027-01-01T00:00:00Z", "price_per_normalized_gpu_hour": 1.5}
+            {
+                **data["rate_cards"][0],
+                "effective_from": "2027-01-01T00:00:00Z",
+                "price_per_normalized_gpu_hour": 1.5,
+            }
         )
         data["rate_cards"].pop(0)
 
         report = policy_apply(text=text_of(data), prune=True).render()
 
         assert "+ rate_cards 2027-01-01T00:00:00Z: created" in report
-        assert "? rate_cards 2026-01-01T00:00:00Z: not in file (rate cards are never removed)" in report
+        assert (
+            "? rate_cards 2026-01-01T00:00:00Z: not in file (rate cards are never removed)"
+            in report
+        )
         assert RateCard.objects.count() == 2
 
 
@@ -245,14 +286,19 @@ class TestExport:
 
     def test_fractions_and_durations_survive_the_round_trip(self):
         data = example()
-        entry(data, "teams", "speech")["quotas"]["a100-80gb"] = {"nominal": "3/7", "borrowing_limit": 0.5}
+        entry(data, "teams", "speech")["quotas"]["a100-80gb"] = {
+            "nominal": "3/7",
+            "borrowing_limit": 0.5,
+        }
         entry(data, "queues", "batch")["max_runtime"] = "2d12h"
         policy_apply(text=text_of(data))
 
         exported = dump_policy(policy_current())
 
         assert "max_runtime: 2d12h" in exported
-        assert Quota.objects.get(team__name="speech", gpu_class__name="a100-80gb").nominal == Decimal("0.429")
+        assert Quota.objects.get(
+            team__name="speech", gpu_class__name="a100-80gb"
+        ).nominal == Decimal("0.429")
         assert "No changes" in policy_apply(text=exported).render()
 
 
@@ -328,7 +374,10 @@ class TestValidation:
         message = str(excinfo.value)
         assert "was rejected, nothing was written (2 problem(s))" in message
         assert "capability_classes[fp8].precisions: unknown precision fp4" in message
-        assert "queues[interactive].max_runtime: 'forever' is not a duration like '4h', '30m' or '1h30m'" in message
+        assert (
+            "queues[interactive].max_runtime: 'forever' is not a duration like '4h', '30m' or '1h30m'"
+            in message
+        )
         self.assert_nothing_written()
 
     def test_default_runtime_over_the_maximum(self):
@@ -480,8 +529,18 @@ class TestCapacity:
         # Nominal l4: vision 2 + speech 4 + search 2 = 8; standing reservations 4 + 2 = 6.
         window = {"team": "speech", "queue": "inference", "gpu_class": "l4", "amount": 2}
         data["reservations"] += [
-            {"name": "w1", **window, "starts_at": "2027-02-01T00:00:00Z", "ends_at": "2027-02-02T00:00:00Z"},
-            {"name": "w2", **window, "starts_at": "2027-02-02T00:00:00Z", "ends_at": "2027-02-03T00:00:00Z"},
+            {
+                "name": "w1",
+                **window,
+                "starts_at": "2027-02-01T00:00:00Z",
+                "ends_at": "2027-02-02T00:00:00Z",
+            },
+            {
+                "name": "w2",
+                **window,
+                "starts_at": "2027-02-02T00:00:00Z",
+                "ends_at": "2027-02-03T00:00:00Z",
+            },
         ]
         policy_apply(text=text_of(data))  # 8 + 6 + 2 = 16: fits exactly
 

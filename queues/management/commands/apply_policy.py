@@ -34,6 +34,7 @@ class Command(BaseCommand):
         except PolicyError as exc:
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
             raise CommandError(
-                f"{file} was rejected, nothing was written ({len(exc.problems)} problem(s)):\n{lines}"
+                f"{file} was rejected, nothing was written "
+                f"({len(exc.problems)} problem(s)):\n{lines}"
             ) from exc
         self.stdout.write(report.render())

@@ -39,8 +39,8 @@ class Command(BaseCommand):
 
         teams = ", ".join(Team.objects.filter(members=member).values_list("name", flat=True))
         self.stdout.write(
-            "Demo logins (password for all: {pw}):\n"
-            "  member   {m:<6} (teams: {teams})\n"
+            f"Demo logins (password for all: {DEMO_PASSWORD}):\n"
+            f"  member   {DEMO_MEMBER:<6} (teams: {teams})\n"
             "  finance  fiona\n"
-            "  admin    ada    (also /admin/)".format(pw=DEMO_PASSWORD, m=DEMO_MEMBER, teams=teams)
+            "  admin    ada    (also /admin/)"
         )
