@@ -911,8 +911,7 @@ def dump_policy(policy: Policy) -> str:
     for section in NAMED_SECTIONS:
         if section in policy:
             document[section] = [
-                {"name": name, **_drop_defaults(fields)}
-                for name, fields in policy[section].items()
+                {"name": name, **_drop_defaults(fields)} for name, fields in policy[section].items()
             ]
     if "rate_cards" in policy:
         document["rate_cards"] = [
