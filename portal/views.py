@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
+from django.views.defaults import page_not_found
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -20,3 +21,10 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 def home(request: HttpRequest) -> HttpResponse:
     return redirect("queues:catalog")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """404: JSON under /api/ (scripts parse it), the HTML page everywhere else."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return page_not_found(request, exception)

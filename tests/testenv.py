@@ -8,3 +8,4 @@ import os
 
 os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret")
 os.environ.setdefault("STATICFILES_MANIFEST", "false")
+os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
