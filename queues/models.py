@@ -146,6 +146,21 @@ class CapabilityClass(models.Model):
             min_tier=self.min_tier,
         )
 
+    @property
+    def asks_for(self) -> str:
+        """The request in words: ``≥ 40 GB HBM, bf16, RDMA`` (``any GPU`` when empty)."""
+        parts = []
+        if self.mig_profile:
+            parts.append(f"MIG slice {self.mig_profile}")
+        if self.min_hbm_gb:
+            parts.append(f"≥ {self.min_hbm_gb} GB HBM")
+        parts += list(self.precisions)
+        if self.rdma:
+            parts.append("RDMA")
+        if self.min_tier:
+            parts.append(f"tier ≥ {self.min_tier}")
+        return ", ".join(parts) or "any GPU"
+
     def resolve(self, gpu_classes: list[GpuClass]) -> Resolution:
         """Which of ``gpu_classes`` satisfy this class, and why each other one does not."""
         return resolve_capability(self.request(), [g.spec() for g in gpu_classes])

@@ -6,7 +6,6 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from queues.models import GpuClass
 from queues.selectors import queues_visible_to, teams_of
 
 
@@ -24,9 +23,8 @@ def catalog(request: HttpRequest) -> HttpResponse:
 def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     queue = get_object_or_404(queues_visible_to(request.user), name=name)
     allowed = list(queue.allowed_gpu_classes.all())
-    every_class = list(GpuClass.objects.active().order_by("tier", "name"))
     capabilities = [
-        (capability, capability.resolve(allowed), capability.resolve(every_class))
+        (capability, capability.resolve(allowed))
         for capability in queue.allowed_capability_classes.all()
     ]
     return render(
