@@ -1,0 +1,174 @@
+"""The Kubernetes Job the portal creates for an admitted job (pure: a dict for the API).
+
+One ``batch/v1`` Job per portal job, in the team's namespace, named from the job id so that a
+retried create finds its own Job (``AlreadyExists`` is success). Pods are pinned to the nodes
+the admission engine chose; a gang is an Indexed Job whose pods all start together or not at all
+(the reconcile rolls back a partial start).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from queues.cluster.nodes import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from queues.cluster.pods import JOB_ID_LABEL, QUEUE_LABEL, TEAM_LABEL
+
+MANAGED_BY = "gpu-portal"
+# Time a pod may take to be scheduled, pull its image and start before its runtime limit counts;
+# activeDeadlineSeconds covers the Job's whole life, including that start-up.
+STARTUP_ALLOWANCE = timedelta(minutes=10)
+DEFAULT_GRACE = timedelta(seconds=30)
+CHECKPOINT_ROOT = "/checkpoints"
+RUN_AS_USER = 1000
+
+# Kubernetes' quantity syntax: a decimal number with an optional binary or decimal suffix.
+_QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
+
+
+def job_name(job_id: int) -> str:
+    return f"gpuportal-job-{job_id}"
+
+
+def check_quantity(value: str) -> str:
+    """``value`` if it is a valid Kubernetes quantity, else ValueError (the schema validator
+    does not check quantity syntax, so the portal does)."""
+    if not _QUANTITY.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    return value
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything the Job needs, decided before it is built."""
+
+    job_id: int
+    namespace: str
+    team: str
+    queue: str
+    image: str
+    command: list[str]
+    args: list[str]
+    env: dict[str, str]
+    nodes: list[str]  # node of each pod, in index order
+    devices_per_pod: int
+    mig_profile: str = ""
+    cpu_millicores: int = 1000
+    memory_mib: int = 4096
+    runtime_limit: timedelta = timedelta(hours=1)
+    grace_period: timedelta = DEFAULT_GRACE
+    job_token: str = ""
+    api_url: str = ""
+    extra_pod_annotations: dict[str, str] = field(default_factory=dict)
+
+
+def job_manifest(spec: LaunchSpec) -> dict[str, Any]:
+    """The ``batch/v1`` Job for ``spec``; every quantity is checked."""
+    name = job_name(spec.job_id)
+    labels = {
+        JOB_ID_LABEL: str(spec.job_id),
+        TEAM_LABEL: spec.team,
+        QUEUE_LABEL: spec.queue,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+    pods = len(spec.nodes)
+    resource = f"{MIG_RESOURCE_PREFIX}{spec.mig_profile}" if spec.mig_profile else GPU_RESOURCE
+    limits = {
+        resource: check_quantity(str(spec.devices_per_pod)),
+        "cpu": check_quantity(f"{spec.cpu_millicores}m"),
+        "memory": check_quantity(f"{spec.memory_mib}Mi"),
+    }
+    env = {
+        **spec.env,
+        "GPUPORTAL_JOB_ID": str(spec.job_id),
+        "GPUPORTAL_CHECKPOINT_DIR": f"{CHECKPOINT_ROOT}/{name}",
+    }
+    if spec.job_token:
+        # Scoped to this job alone: it can only report this job's checkpoints.
+        env["GPUPORTAL_JOB_TOKEN"] = spec.job_token
+    if spec.api_url:
+        env["GPUPORTAL_API_URL"] = spec.api_url
+    per_node = Counter(spec.nodes)
+    skew = max(1, max(per_node.values()) - min(per_node.values())) if per_node else 1
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": int(spec.grace_period.total_seconds()),
+        "automountServiceAccountToken": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {
+                                    "key": "metadata.name",
+                                    "operator": "In",
+                                    "values": sorted(per_node),
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [
+            {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+        ],
+        "containers": [
+            {
+                "name": "main",
+                "image": spec.image,
+                **({"command": list(spec.command)} if spec.command else {}),
+                **({"args": list(spec.args)} if spec.args else {}),
+                "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                "resources": {"limits": limits, "requests": dict(limits)},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            }
+        ],
+    }
+    if pods > 1:
+        # The engine placed the gang: keep the scheduler to that spread across its nodes.
+        pod_spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": skew,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {JOB_ID_LABEL: str(spec.job_id)}},
+            }
+        ]
+    deadline = spec.runtime_limit + STARTUP_ALLOWANCE
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": labels},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": int(deadline.total_seconds()),
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    **(
+                        {"annotations": dict(spec.extra_pod_annotations)}
+                        if spec.extra_pod_annotations
+                        else {}
+                    ),
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
