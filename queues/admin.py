@@ -4,15 +4,18 @@ from django.contrib import admin
 
 from queues.models import (
     CapabilityClass,
+    ClusterStatus,
     FairShareSettings,
     GpuClass,
     Job,
     JobEvent,
+    Lease,
     Node,
     Queue,
     Quota,
     Reservation,
     Team,
+    UsageInterval,
 )
 
 
@@ -131,3 +134,34 @@ class JobAdmin(admin.ModelAdmin):
 @admin.register(FairShareSettings)
 class FairShareSettingsAdmin(admin.ModelAdmin):
     list_display = ["usage_half_life"]
+
+
+@admin.register(UsageInterval)
+class UsageIntervalAdmin(admin.ModelAdmin):
+    list_display = [
+        "pod_name",
+        "job",
+        "team",
+        "gpu_class",
+        "devices",
+        "started_at",
+        "ended_at",
+        "end_estimated",
+    ]
+    list_filter = ["team", "gpu_class", "end_estimated"]
+    list_select_related = ["job", "team", "gpu_class"]
+    raw_id_fields = ["job"]
+
+    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+        # What the cluster reported is never edited by hand; corrections are adjustments.
+        return False
+
+
+@admin.register(Lease)
+class LeaseAdmin(admin.ModelAdmin):
+    list_display = ["name", "holder", "expires_at"]
+
+
+@admin.register(ClusterStatus)
+class ClusterStatusAdmin(admin.ModelAdmin):
+    list_display = ["reachable", "unreachable_since", "last_success_at"]

@@ -502,3 +502,82 @@ class FairShareSettings(models.Model):
 
     def __str__(self) -> str:
         return f"usage half-life {self.usage_half_life}"
+
+
+class UsageInterval(models.Model):
+    """One pod's hold on GPUs, with the start and end the cluster reported.
+
+    Written by the reconcile, rated by chargeback. One row per pod (its UID is unique), so a
+    hold is never opened or counted twice. An end the cluster did not report (the pod vanished)
+    is the deletion time plus grace, or when the pod was first seen gone, and is marked estimated.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="usage")
+    pod_uid = models.CharField(max_length=64, unique=True)
+    pod_name = models.CharField(max_length=253)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="usage")
+    cost_center = models.CharField(max_length=64)
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.PROTECT, related_name="usage")
+    node = models.CharField(max_length=253)
+    devices = models.PositiveIntegerField()
+    share_numerator = models.PositiveIntegerField(default=1)
+    share_denominator = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    end_estimated = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["team", "started_at"], name="usage_team_started")]
+        constraints = [
+            models.CheckConstraint(condition=Q(devices__gte=1), name="usage_devices_positive"),
+            models.CheckConstraint(
+                condition=Q(share_numerator__gte=1)
+                & Q(share_denominator__gte=1)
+                & Q(share_numerator__lte=F("share_denominator")),
+                name="usage_share_in_unit_interval",
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")),
+                name="usage_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pod_name} on {self.node}: {self.devices} × {self.share}"
+
+    @property
+    def share(self) -> Fraction:
+        return Fraction(self.share_numerator, self.share_denominator)
+
+
+class Lease(models.Model):
+    """A named lease so that one process at a time does a thing (the reconcile). It expires if
+    its holder dies; taking it is one conditional UPDATE, which SQLite and PostgreSQL both do
+    atomically."""
+
+    name = models.CharField(max_length=64, unique=True)
+    holder = models.CharField(max_length=200)
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder} until {self.expires_at:%H:%M:%S}"
+
+
+class ClusterStatus(models.Model):
+    """What the portal last knew of its connection to the cluster (one row, pk 1)."""
+
+    reachable = models.BooleanField(default=True)
+    unreachable_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    resource_versions = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name_plural = "cluster status"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="cluster_status_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        return "reachable" if self.reachable else f"unreachable since {self.unreachable_since}"

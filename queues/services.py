@@ -10,8 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
-from django.db.models import Model, ProtectedError
+from django.db import IntegrityError, transaction
+from django.db.models import Model, ProtectedError, Q
 from django.utils import timezone
 
 from chargeback.models import RateCard, RateCardWeight
@@ -19,6 +19,7 @@ from queues.models import (
     CapabilityClass,
     FairShareSettings,
     GpuClass,
+    Lease,
     Node,
     Queue,
     Quota,
@@ -378,3 +379,30 @@ def _prune(section: str, name: str) -> Change:
         refs = ", ".join(f"{n} {what}{'s' if n > 1 else ''}" for what, n in sorted(counts.items()))
         return Change(section, name, "deactivated", note=f"still referenced by {refs}")
     return Change(section, name, "removed")
+
+
+# --- Leases --------------------------------------------------------------------------------------
+
+
+def lease_acquire(*, name: str, holder: str, ttl: timedelta) -> bool:
+    """Take (or renew) the lease ``name`` for ``holder`` for ``ttl``; False if someone else holds
+    an unexpired one. One conditional UPDATE decides, so two takers never both win."""
+    now = timezone.now()
+    taken = (
+        Lease.objects.filter(name=name)
+        .filter(Q(expires_at__lte=now) | Q(holder=holder))
+        .update(holder=holder, expires_at=now + ttl)
+    )
+    if taken:
+        return True
+    try:
+        with transaction.atomic():
+            Lease.objects.create(name=name, holder=holder, expires_at=now + ttl)
+    except IntegrityError:
+        return False
+    return True
+
+
+def lease_release(*, name: str, holder: str) -> None:
+    """Give the lease back early (only if ``holder`` still holds it)."""
+    Lease.objects.filter(name=name, holder=holder).update(expires_at=timezone.now())

@@ -171,4 +171,3 @@ def job_manifest(spec: LaunchSpec) -> dict[str, Any]:
             },
         },
     }
-

@@ -1,0 +1,47 @@
+"""The lease that keeps reconciles one at a time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from queues.models import Lease
+from queues.services import lease_acquire, lease_release
+
+pytestmark = pytest.mark.django_db
+MINUTE = timedelta(minutes=1)
+
+
+def test_the_first_taker_wins_and_others_wait_until_it_expires():
+    assert lease_acquire(name="reconcile", holder="worker-a", ttl=MINUTE)
+    assert not lease_acquire(name="reconcile", holder="worker-b", ttl=MINUTE)
+
+    Lease.objects.filter(name="reconcile").update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    assert lease_acquire(name="reconcile", holder="worker-b", ttl=MINUTE)
+    assert Lease.objects.get(name="reconcile").holder == "worker-b"
+
+
+def test_the_holder_renews_its_own_lease():
+    lease_acquire(name="reconcile", holder="worker-a", ttl=MINUTE)
+    first = Lease.objects.get().expires_at
+
+    assert lease_acquire(name="reconcile", holder="worker-a", ttl=10 * MINUTE)
+    assert Lease.objects.get().expires_at > first
+
+
+def test_releasing_lets_the_next_holder_in_at_once_but_only_the_holder_can_release():
+    lease_acquire(name="reconcile", holder="worker-a", ttl=MINUTE)
+
+    lease_release(name="reconcile", holder="worker-b")
+    assert not lease_acquire(name="reconcile", holder="worker-b", ttl=MINUTE)
+
+    lease_release(name="reconcile", holder="worker-a")
+    assert lease_acquire(name="reconcile", holder="worker-b", ttl=MINUTE)
+
+
+def test_leases_are_independent_by_name():
+    assert lease_acquire(name="reconcile", holder="worker-a", ttl=MINUTE)
+    assert lease_acquire(name="usage-rollup", holder="worker-b", ttl=MINUTE)
