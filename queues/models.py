@@ -355,6 +355,11 @@ class Node(models.Model):
     maintenance_reason = models.CharField(max_length=300, blank=True)
     maintenance_until = models.DateTimeField(null=True, blank=True)
     gpus_used_outside = gpu_amount_field(default=Decimal(0))
+    outside_devices = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Devices held by pods the portal did not create: {"gpu": 2, "1g.10gb": 1}',
+    )
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -442,6 +447,11 @@ class Job(models.Model):
     failure_reason = models.CharField(max_length=300, blank=True)
     pending_reasons = models.JSONField(default=list, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
+    estimated_start_note = models.CharField(
+        max_length=300, blank=True, help_text="Why the start is unknown, or the range from history."
+    )
+    position = models.PositiveIntegerField(null=True, blank=True)
+    queue_length = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
