@@ -1,0 +1,77 @@
+"""GPU Portal's admission engine: a snapshot of the cluster and its policy in, a plan out.
+
+Pure Python: nothing here imports Django or the Kubernetes client. See docs/admission.md.
+"""
+
+from queues.admission.capability import (
+    CapabilityRequest,
+    GpuClassSpec,
+    Resolution,
+    mig_profile_memory_gb,
+    parse_share,
+    resolve_capability,
+)
+from queues.admission.engine import plan
+from queues.admission.explain import Alternative, Explanation, explain
+from queues.admission.plan import (
+    Admission,
+    EstimatedStart,
+    PendingStatus,
+    Plan,
+    Preemption,
+    gpu_eq_json,
+)
+from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.snapshot import (
+    CapacityKind,
+    GpuClass,
+    MaintenanceState,
+    MigSlots,
+    Node,
+    PendingJob,
+    PreemptionClass,
+    Queue,
+    Quota,
+    Reservation,
+    RunningJob,
+    SharingMode,
+    Snapshot,
+    Team,
+    TopologyScope,
+)
+
+__all__ = [
+    "Admission",
+    "Alternative",
+    "CapabilityRequest",
+    "CapacityKind",
+    "EstimatedStart",
+    "Explanation",
+    "GpuClass",
+    "GpuClassSpec",
+    "MaintenanceState",
+    "MigSlots",
+    "Node",
+    "PendingJob",
+    "PendingReason",
+    "PendingStatus",
+    "Plan",
+    "Preemption",
+    "PreemptionClass",
+    "Queue",
+    "Quota",
+    "ReasonCode",
+    "Reservation",
+    "Resolution",
+    "RunningJob",
+    "SharingMode",
+    "Snapshot",
+    "Team",
+    "TopologyScope",
+    "explain",
+    "gpu_eq_json",
+    "mig_profile_memory_gb",
+    "parse_share",
+    "plan",
+    "resolve_capability",
+]

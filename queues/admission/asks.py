@@ -1,0 +1,284 @@
+"""Pending jobs prepared for planning: their order, and what each needs from each GPU class.
+
+Everything here depends only on the snapshot (not on what the plan admits), so it is computed
+once per job, and once per distinct (queue, capability, shape) where it can be shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from fractions import Fraction
+from typing import Any
+
+from queues.admission.capability import CapabilityRequest, resolve_capability
+from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.snapshot import PendingJob, Queue, SharingMode, Snapshot, TopologyScope
+from queues.admission.state import EXCLUSIVE, MIG, TIME_SLICED, Shape, State
+
+
+@dataclass(slots=True)
+class Ask:
+    """One pending job as the planner sees it.
+
+    ``classes`` are the GPU classes it may run on, cheapest (lowest rate-card weight) first;
+    ``demand`` its scaled GPU-eq per class (for time-sliced work the most a node of that class
+    could charge, so quota checks stay safe); ``static`` non-empty means no class can ever take it.
+    ``key`` identifies every job that the planner would treat identically except for its user.
+    """
+
+    job: PendingJob
+    order: int
+    queue: Queue
+    runtime: timedelta
+    mode: str
+    profile: str | None
+    classes: tuple[str, ...]
+    demand: dict[str, int]
+    shapes: dict[str, Shape]
+    static: tuple[PendingReason, ...]
+    key: tuple[Any, ...]
+    rank: tuple[int, int]
+
+    @property
+    def min_demand(self) -> int:
+        return min(self.demand.values()) if self.demand else 0
+
+
+def _fallback_queue(name: str) -> Queue:
+    return Queue(name=name)
+
+
+def order_key_factory(snapshot: Snapshot) -> dict[str, int]:
+    """Fair-share rank per team: decayed normalized usage divided by weight, ascending (ties by
+    name, so the order is total and a team's jobs stay together)."""
+    shares = []
+    for team in snapshot.teams:
+        weight = Fraction(team.weight) if team.weight else Fraction(1)
+        shares.append((Fraction(team.recent_usage) / weight, team.name))
+    return {name: rank for rank, (_, name) in enumerate(sorted(shares))}
+
+
+def plan_order(snapshot: Snapshot) -> list[PendingJob]:
+    """Pending jobs in the order the planner considers them: queue priority, job priority (both
+    descending), fair share (teams that used less relative to their weight first), submit time,
+    id."""
+    queues = {queue.name: queue for queue in snapshot.queues}
+    team_rank = order_key_factory(snapshot)
+    unknown = len(team_rank)
+
+    def key(job: PendingJob) -> tuple[int, int, int, str, object, int]:
+        queue = queues.get(job.queue)
+        return (
+            -(queue.priority if queue else 0),
+            -job.priority,
+            team_rank.get(job.team, unknown),
+            job.team,
+            job.submitted_at,
+            job.id,
+        )
+
+    return sorted(snapshot.pending, key=key)
+
+
+def build_asks(state: State) -> list[Ask]:
+    snapshot = state.snapshot
+    capabilities = {c.name: c for c in snapshot.capability_classes}
+    cost_order = sorted(state.classes.values(), key=lambda g: (Fraction(g.weight), g.name))
+    resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    asks: list[Ask] = []
+    for order, job in enumerate(plan_order(snapshot)):
+        queue = state.queues.get(job.queue) or _fallback_queue(job.queue)
+        runtime = job.runtime_limit or queue.default_runtime
+        rkey = (queue.name, job.capability, job.memory_gb, job.pods, job.gpus_per_pod)
+        if job.queue not in state.queues:
+            rkey = ("?", *rkey)
+        if rkey not in resolved:
+            resolved[rkey] = _resolve(
+                state,
+                queue,
+                capabilities.get(job.capability),
+                job,
+                cost_order,
+                job.queue in state.queues,
+            )
+        mode, profile, classes, demand, shapes, static = resolved[rkey]
+        asks.append(
+            Ask(
+                job=job,
+                order=order,
+                queue=queue,
+                runtime=runtime,
+                mode=mode,
+                profile=profile,
+                classes=classes,
+                demand=demand,
+                shapes=shapes,
+                static=static,
+                key=(rkey, job.team, runtime),
+                rank=(queue.priority, job.priority),
+            )
+        )
+    return asks
+
+
+def _resolve(
+    state: State,
+    queue: Queue,
+    capability: CapabilityRequest | None,
+    job: PendingJob,
+    cost_order: list[Any],
+    queue_known: bool,
+) -> tuple[Any, ...]:
+    """Which classes a job of this queue and capability may use, in cost order, with its demand
+    and pod shape on each; or the static reason none can."""
+    profile = capability.mig_profile if capability else None
+    if profile is not None:
+        mode = MIG
+    elif queue.sharing is SharingMode.TIME_SLICED:
+        mode = TIME_SLICED
+    else:
+        mode = EXCLUSIVE
+    if not queue_known:
+        return mode, profile, (), {}, {}, (_no_match(f"queue {queue.name} does not exist", {}),)
+    if capability is None:
+        return (
+            mode,
+            profile,
+            (),
+            {},
+            {},
+            (_no_match(f"capability class {job.capability} does not exist", {}),),
+        )
+    if queue.capability_classes and capability.name not in queue.capability_classes:
+        message = f"queue {queue.name} does not accept capability class {capability.name}"
+        details = {"queue": queue.name, "accepted": list(queue.capability_classes)}
+        hint = f"use one of: {', '.join(queue.capability_classes)}"
+        return mode, profile, (), {}, {}, (_no_match(message, details, hint),)
+    resolution = resolve_capability(capability, [g.spec for g in cost_order])
+    allowed = set(queue.gpu_classes) if queue.gpu_classes else None
+    classes: list[str] = []
+    rejected: dict[str, str] = {}
+    for name in resolution.matches:
+        if allowed is not None and name not in allowed:
+            rejected[name] = f"queue {queue.name} does not allow it"
+            continue
+        gpu = state.classes[name]
+        if mode == TIME_SLICED and job.memory_gb is not None and job.memory_gb > gpu.spec.hbm_gb:
+            rejected[name] = f"declares {job.memory_gb} GB > {gpu.spec.hbm_gb} GB HBM"
+            continue
+        if (name, mode, profile) not in state.pools:
+            rejected[name] = _no_nodes(mode, profile)
+            continue
+        classes.append(name)
+    for name in state.classes:
+        if name not in resolution.matches:
+            rejected[name] = resolution.why_not(name)
+    demand: dict[str, int] = {}
+    shapes: dict[str, Shape] = {}
+    tolerations = frozenset(queue.tolerations)
+    for name in classes:
+        gpu = state.classes[name]
+        hbm = 0
+        if mode == MIG:
+            share = Fraction(gpu.spec.mig_profiles[profile or ""])
+            per_pod = share * job.gpus_per_pod
+        elif mode == TIME_SLICED:
+            pool = state.pools.get((name, TIME_SLICED, None))
+            replicas = (
+                min((state.nodes[i].time_slice_replicas for i in pool.nodes), default=1)
+                if pool
+                else 1
+            )
+            per_pod = Fraction(job.gpus_per_pod, replicas)
+            hbm = (
+                job.memory_gb
+                if job.memory_gb is not None
+                else gpu.spec.hbm_gb // replicas * job.gpus_per_pod
+            )
+        else:
+            per_pod = Fraction(job.gpus_per_pod)
+        demand[name] = state.eq_units(per_pod * job.pods)
+        topology = queue.required_topology if job.pods > 1 else TopologyScope.NONE
+        shapes[name] = Shape(job.pods, job.gpus_per_pod, hbm, topology, tolerations)
+    if not classes and any(name in rejected for name in resolution.matches):
+        # matching classes exist, but the cluster has no nodes that serve this kind of request
+        names = [name for name in resolution.matches if rejected.get(name, "").startswith("no ")]
+        if names and mode == MIG:
+            message = (
+                f"no node offers MIG profile {profile} ({', '.join(names)} nodes do not have it)"
+            )
+            details = {"profile": profile, "gpu_classes": names, "free": 0}
+            reason = PendingReason(ReasonCode.MIG_PROFILE_UNAVAILABLE, message, details, "")
+            return mode, profile, (), {}, {}, (reason,)
+        if names:
+            message = f"the cluster has no {_kind_words(mode)} nodes of {', '.join(names)}"
+            details = {"gpu_classes": names, "free": 0, "capacity_gpu_eq": 0}
+            reason = PendingReason(ReasonCode.INSUFFICIENT_CAPACITY, message, details, "")
+            return mode, profile, (), {}, {}, (reason,)
+    if not classes:
+        parts = [f"{name}: {why}" for name, why in sorted(rejected.items())]
+        message = (
+            f"capability class {capability.name} matches no GPU class queue {queue.name} allows"
+            + (f" ({'; '.join(parts)})" if parts else "")
+        )
+        details = {
+            "capability": capability.name,
+            "queue": queue.name,
+            "allowed_classes": sorted(queue.gpu_classes)
+            if queue.gpu_classes
+            else sorted(state.classes),
+            "rejections": {name: why for name, why in sorted(rejected.items())},
+        }
+        hint = _no_match_hint(state, queue, capability, job)
+        return mode, profile, (), {}, {}, (_no_match(message, details, hint),)
+    return mode, profile, tuple(classes), demand, shapes, ()
+
+
+def _no_nodes(mode: str, profile: str | None) -> str:
+    if mode == MIG:
+        return f"no node offers MIG profile {profile}"
+    return f"no {_kind_words(mode)} nodes"
+
+
+def _kind_words(mode: str) -> str:
+    return {EXCLUSIVE: "whole-GPU", MIG: "MIG", TIME_SLICED: "time-sliced"}[mode]
+
+
+def _no_match(message: str, details: dict[str, Any], hint: str = "") -> PendingReason:
+    return PendingReason(ReasonCode.NO_MATCHING_GPU_CLASS, message, details, hint)
+
+
+def _no_match_hint(
+    state: State, queue: Queue, capability: CapabilityRequest, job: PendingJob
+) -> str:
+    """Another queue of the team that allows a class this capability matches, or a capability
+    class this queue accepts that matches a class it allows."""
+    specs = [
+        g.spec for g in sorted(state.classes.values(), key=lambda g: (Fraction(g.weight), g.name))
+    ]
+    matches = resolve_capability(capability, specs).matches
+    for other in sorted(state.queues.values(), key=lambda q: q.name):
+        if other.name == queue.name or (other.teams and job.team not in other.teams):
+            continue
+        if other.capability_classes and capability.name not in other.capability_classes:
+            continue
+        usable = [m for m in matches if not other.gpu_classes or m in other.gpu_classes]
+        if usable:
+            return (
+                f"queue `{other.name}` allows {usable[0]}, "
+                f"which capability class {capability.name} matches"
+            )
+    allowed = [s for s in specs if not queue.gpu_classes or s.name in queue.gpu_classes]
+    for candidate in sorted(state.snapshot.capability_classes, key=lambda c: c.name):
+        if candidate.name == capability.name:
+            continue
+        if queue.capability_classes and candidate.name not in queue.capability_classes:
+            continue
+        found = resolve_capability(candidate, allowed).matches
+        if found:
+            return (
+                f"capability class `{candidate.name}` matches {found[0]}, "
+                f"which queue {queue.name} allows"
+            )
+    return ""

@@ -1,0 +1,553 @@
+"""The planner: one pass over pending jobs in order, then a forward simulation for estimates.
+
+``plan(snapshot)`` is the engine's entry point. The pass considers jobs in plan order (see
+``asks.plan_order``). For each job it tries its GPU classes cheapest first and admits it where it
+fits now; otherwise it tries preemption (only jobs of ``graceful``/``preemptible`` queues: borrowed
+work reclaimed by lenders and reservation holders, or the team's own lower-priority work), and
+otherwise explains why it waits. The first job blocked on a class by capacity gets an EASY
+shadow reservation: later jobs may start on that class only if they end before the shadow time or
+use capacity the shadow job will not need.
+
+Speed: jobs the planner would treat alike (same queue, team, capability, shape, runtime) share one
+cached verdict per version of the capacity they depend on, so a full cluster costs one check per
+distinct shape rather than one per job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from queues.admission.asks import Ask, build_asks
+from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_text, time_text
+from queues.admission.estimate import simulate
+from queues.admission.fit import Fit, Option, fit_class, hold
+from queues.admission.plan import Admission, EstimatedStart, PendingStatus, Plan, Preemption
+from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.snapshot import CapacityKind, JobId, Snapshot
+from queues.admission.state import Alloc, Pool, State, place, pods_nodes
+
+
+@dataclass(slots=True)
+class Shadow:
+    """The EASY reservation of the first job blocked on a class: from ``time`` it needs
+    ``pool``'s devices, leaving ``extra`` per node and ``eq_extra`` in the class aggregate."""
+
+    job_id: JobId
+    time: datetime
+    pool: Pool
+    extra: list[int]
+    eq_extra: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the pass decided for one pending job that it did not admit."""
+
+    ask: Ask
+    reasons: list[PendingReason]
+    backfill_blocked_by: JobId | None = None
+    preempting: tuple[JobId, ...] = ()
+    start: datetime | None = None
+    would_admit: bool = False
+
+
+@dataclass
+class Pass:
+    state: State
+    dry_run: bool
+    shadows: dict[str, Shadow] = field(default_factory=dict)
+    fresh: set[JobId] = field(default_factory=set)
+    admissions: list[Admission] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    no_fit: set[tuple[Any, ...]] = field(default_factory=set)
+    no_preempt: set[tuple[Any, ...]] = field(default_factory=set)
+    causes: dict[tuple[Any, ...], list[tuple[str, list[PendingReason]]]] = field(
+        default_factory=dict
+    )
+
+
+def plan(snapshot: Snapshot) -> Plan:
+    """Decide admissions and preemptions for ``snapshot`` and explain every job left pending.
+
+    Deterministic: equal snapshots give equal plans. When the cluster is unreachable nothing is
+    admitted or preempted, and every pending job's binding reason is ``ClusterUnreachable``.
+    """
+    state = State(snapshot)
+    asks = build_asks(state)
+    run = Pass(state=state, dry_run=snapshot.cluster_unreachable_since is not None)
+    for ask in asks:
+        _consider(run, ask)
+    starts = simulate(state, [o.ask for o in run.outcomes if o.start is None and not o.ask.static])
+    return _assemble(run, starts)
+
+
+# ---------------------------------------------------------------------- the pass
+
+
+def _versions(state: State, ask: Ask) -> tuple[int, ...]:
+    return tuple(state.class_version[c] for c in ask.classes)
+
+
+def _consider(run: Pass, ask: Ask) -> None:
+    state = run.state
+    if ask.static:
+        run.outcomes.append(Outcome(ask, list(ask.static)))
+        return
+    user_cause = user_limit_cause(state, ask)
+    if user_cause is None:
+        fit = _fit_any(run, ask)
+        if fit is not None:
+            _admit(run, ask, fit)
+            return
+    reasons = _class_reasons(run, ask)
+    if user_cause is not None:
+        run.outcomes.append(Outcome(ask, [user_cause, *reasons]))
+        return
+    outcome = Outcome(ask, reasons)
+    if not reasons:
+        # Every class would take it were it not for a shadow: a job ahead holds the capacity.
+        outcome.backfill_blocked_by = next(
+            (run.shadows[c].job_id for c in ask.classes if c in run.shadows), None
+        )
+    elif not run.dry_run and _preempt(run, ask, outcome):
+        pass
+    else:
+        _maybe_shadow(run, ask)
+    run.outcomes.append(outcome)
+
+
+def user_limit_cause(state: State, ask: Ask) -> PendingReason | None:
+    """The queue's per-user limit, if it keeps this job waiting."""
+    queue = ask.queue
+    user = ask.job.user
+    key = (queue.name, user)
+    jobs = state.user_jobs.get(key, 0)
+    if queue.max_running_jobs_per_user is not None and jobs >= queue.max_running_jobs_per_user:
+        message = (
+            f"user {user}: {jobs}/{queue.max_running_jobs_per_user} running jobs "
+            f"in queue {queue.name}"
+        )
+        details = {
+            "user": user,
+            "queue": queue.name,
+            "running_jobs": jobs,
+            "max_running_jobs": queue.max_running_jobs_per_user,
+        }
+        return PendingReason(ReasonCode.USER_LIMIT, message, details, _user_hint(state, key))
+    if queue.max_gpu_eq_per_user is not None:
+        limit = state.eq_units(queue.max_gpu_eq_per_user)
+        used = state.user_eq.get(key, 0)
+        if used + ask.min_demand > limit:
+            message = (
+                f"user {user}: {eq_text(state, used)}/{eq_text(state, limit)} GPUs in use in queue "
+                f"{queue.name} (needs {eq_text(state, ask.min_demand)})"
+            )
+            details = {
+                "user": user,
+                "queue": queue.name,
+                "gpu_eq_in_use": eq_json(state, used),
+                "max_gpu_eq": eq_json(state, limit),
+                "requested": eq_json(state, ask.min_demand),
+            }
+            return PendingReason(ReasonCode.USER_LIMIT, message, details, _user_hint(state, key))
+    return None
+
+
+def _user_hint(state: State, key: tuple[str, str]) -> str:
+    ends = sorted((a.end, a.job_id) for a in state.user_allocs.get(key, {}).values())
+    if not ends:
+        return ""
+    end, job_id = ends[0]
+    return f"your job {job_id} ends at the latest {time_text(state.now, end)}"
+
+
+def _fit_any(run: Pass, ask: Ask) -> Fit | None:
+    key = (ask.key, _versions(run.state, ask))
+    if key in run.no_fit:
+        return None
+    for gpu_class in ask.classes:
+        fit = _fit(
+            run, ask, gpu_class, entitlement(run.state, ask, gpu_class), run.shadows.get(gpu_class)
+        )
+        if fit is not None:
+            return fit
+    run.no_fit.add(key)
+    return None
+
+
+def _fit(
+    run: Pass, ask: Ask, gpu_class: str, options: list[Option], shadow: Shadow | None
+) -> Fit | None:
+    """``fit_class`` under the class's EASY shadow: a job that would still run at the shadow
+    time may use only what the shadow job will not need."""
+    state = run.state
+    if shadow is None or state.now + ask.runtime <= shadow.time:
+        return fit_class(state, ask, gpu_class, options)
+    pool = state.pools.get((gpu_class, ask.mode, ask.profile))
+    view = None
+    if pool is shadow.pool:
+        view = [min(free, extra) for free, extra in zip(pool.free, shadow.extra, strict=True)]
+    return fit_class(state, ask, gpu_class, options, view, shadow.eq_extra)
+
+
+def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc:
+    state = run.state
+    alloc = hold(state, ask, fit, start or state.now)
+    run.fresh.add(ask.job.id)
+    shadow = run.shadows.get(fit.gpu_class)
+    if fit.constrained and shadow is not None:
+        shadow.eq_extra -= alloc.eq
+        if shadow.pool is fit.pool:
+            for spot in alloc.spots:
+                shadow.extra[spot.local] -= spot.devices
+    if start is None:
+        if run.dry_run:
+            run.outcomes.append(Outcome(ask, [], start=state.now, would_admit=True))
+        else:
+            run.admissions.append(
+                Admission(
+                    job_id=ask.job.id,
+                    gpu_class=fit.gpu_class,
+                    nodes=pods_nodes(state, alloc.spots),
+                    gpu_eq=Fraction(alloc.eq, state.scale),
+                    capacity=fit.kind,
+                    reservation_id=fit.reservation_id,
+                    backfilled=shadow is not None,
+                )
+            )
+    return alloc
+
+
+def _class_reasons(run: Pass, ask: Ask) -> list[PendingReason]:
+    """All causes over the job's classes, the class with the fewest causes first (removing its
+    causes admits the job soonest), ties broken by cost order."""
+    key = (ask.key, _versions(run.state, ask))
+    per_class = run.causes.get(key)
+    if per_class is None:
+        per_class = [(c, class_causes(run.state, ask, c)) for c in ask.classes]
+        run.causes[key] = per_class
+    if any(not causes for _, causes in per_class):
+        return []
+    # A class the team holds no quota, borrowing or reservation for only adds noise, unless
+    # no class is open to it at all.
+    open_to_team = [item for item in per_class if _open_to(run.state, ask, item[0])]
+    per_class = open_to_team or per_class[:1]
+    ordered = sorted(enumerate(per_class), key=lambda item: (len(item[1][1]), item[0]))
+    reasons: list[PendingReason] = []
+    seen: set[tuple[str, str]] = set()
+    for _, (_, causes) in ordered:
+        for cause in causes:
+            mark = (cause.code.value, cause.message)
+            if mark not in seen:
+                seen.add(mark)
+                reasons.append(cause)
+    return reasons
+
+
+def _open_to(state: State, ask: Ask, gpu_class: str) -> bool:
+    if state.holder_reservations(ask.job.team, ask.queue.name, gpu_class):
+        return True
+    if ask.queue.reservation_only:
+        return False
+    key = (ask.job.team, gpu_class)
+    limit = state.borrow_limit.get(key, 0) if ask.queue.can_borrow else 0
+    return state.nominal.get(key, 0) + limit > 0
+
+
+# ---------------------------------------------------------------------- preemption
+
+
+def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
+    """Free capacity for ``ask`` by preempting the fewest jobs that lose the least work.
+
+    Only entitled demand preempts: a reservation holder within its reservation, or a team within
+    its nominal quota. Victims are jobs of graceful/preemptible queues that are borrowed (any
+    team: lenders reclaim) or belong to the same team with lower priority. Never in a class where
+    a job ahead waits on an EASY shadow: that job counts on those jobs' capacity.
+    """
+    state = run.state
+    key = (ask.key, _versions(state, ask))
+    if key in run.no_preempt:
+        return False
+    for gpu_class in ask.classes:
+        if gpu_class in run.shadows:
+            continue
+        options = [
+            o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
+        ]
+        if not options:
+            continue
+        candidates = sorted(
+            (
+                a
+                for a in state.class_allocs[gpu_class].values()
+                if a.preemptible
+                and a.job_id not in run.fresh
+                and (
+                    a.kind is CapacityKind.BORROWED
+                    or (a.team == ask.job.team and a.rank < ask.rank)
+                )
+            ),
+            key=lambda a: (a.lost_work, a.rank, -a.eq, a.job_id),
+        )
+        if not candidates:
+            continue
+        for option in options:
+            victims = _choose_victims(run, ask, gpu_class, option, candidates)
+            if victims is None:
+                continue
+            fit = _fit(run, ask, gpu_class, [option], None)
+            assert fit is not None
+            grace = max((v.grace for v in victims), default=timedelta(0))
+            start = state.now + grace
+            _admit(run, ask, fit, start=start)
+            for victim in victims:
+                run.preemptions.append(
+                    Preemption(
+                        job_id=victim.job_id,
+                        reason=_preemption_reason(state, ask, victim, option),
+                        grace_period=victim.grace,
+                        for_job=ask.job.id,
+                        lost_work=victim.lost_work,
+                    )
+                )
+            outcome.preempting = tuple(v.job_id for v in victims)
+            outcome.start = start
+            names = ", ".join(str(v.job_id) for v in victims)
+            note = (
+                f"preempting job{'s' if len(victims) > 1 else ''} {names} "
+                f"(grace {int(grace.total_seconds() // 60)} min); "
+                f"starts by {time_text(state.now, start)}"
+            )
+            first = outcome.reasons[0]
+            outcome.reasons[0] = PendingReason(first.code, first.message, first.details, note)
+            return True
+    run.no_preempt.add(key)
+    return False
+
+
+def _choose_victims(
+    run: Pass, ask: Ask, gpu_class: str, option: Option, candidates: list[Alloc]
+) -> list[Alloc] | None:
+    """Greedy by least lost work until the job fits, then drop every victim it fits without.
+    Leaves the state with the victims removed, or unchanged when preemption cannot help."""
+    state = run.state
+    chosen: list[Alloc] = []
+    fits = False
+    for alloc in candidates:
+        state.give_back(alloc)
+        chosen.append(alloc)
+        if _fit(run, ask, gpu_class, [option], None) is not None:
+            fits = True
+            break
+    if not fits:
+        for alloc in reversed(chosen):
+            state.take(alloc)
+        return None
+    for alloc in sorted(chosen, key=lambda a: (-a.lost_work.total_seconds(), a.job_id)):
+        state.take(alloc)
+        if _fit(run, ask, gpu_class, [option], None) is None:
+            state.give_back(alloc)
+    victims = [a for a in chosen if not a.live]
+    return sorted(victims, key=lambda a: a.job_id)
+
+
+def _preemption_reason(state: State, ask: Ask, victim: Alloc, option: Option) -> str:
+    kind, rid, _ = option
+    if kind is CapacityKind.RESERVED:
+        why = f"reservation {rid} of team {ask.job.team} reclaims its {victim.gpu_class} GPUs"
+    elif victim.kind is CapacityKind.BORROWED:
+        why = f"team {ask.job.team} reclaims its nominal {victim.gpu_class} quota"
+    else:
+        why = f"higher-priority job {ask.job.id} of team {ask.job.team} needs the GPUs"
+    lost = _duration(victim.lost_work)
+    return f"{why} for job {ask.job.id} (queue {ask.queue.name}); lost work {lost}"
+
+
+def _duration(value: timedelta) -> str:
+    minutes = int(value.total_seconds() // 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+# ---------------------------------------------------------------------- EASY backfill
+
+
+def _maybe_shadow(run: Pass, ask: Ask) -> None:
+    """Give the first capacity-blocked job on a class its EASY shadow reservation."""
+    state = run.state
+    for gpu_class in ask.classes:
+        if gpu_class in run.shadows:
+            continue
+        options = entitlement(state, ask, gpu_class)
+        if not options:
+            continue
+        pool = state.pools.get((gpu_class, ask.mode, ask.profile))
+        if pool is None:
+            continue
+        shadow = _shadow_for(state, ask, gpu_class, pool, options[0])
+        if shadow is not None:
+            run.shadows[gpu_class] = shadow
+            state.class_version[gpu_class] += 1
+            return
+
+
+def _shadow_for(
+    state: State, ask: Ask, gpu_class: str, pool: Pool, option: Option
+) -> Shadow | None:
+    """Walk this class's running jobs by end time until ``ask`` would fit; None if it never
+    does with what is running now."""
+    shape = ask.shapes[gpu_class]
+    demand = ask.demand[gpu_class]
+    kind, rid, lend = option
+    own = state.holder_reservations(ask.job.team, ask.queue.name, gpu_class)
+    usable = state.usable(gpu_class, kind, rid, lend, own)
+    free = list(pool.free)
+    ends = sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
+    index = 0
+    while index < len(ends):
+        when = ends[index].end
+        while index < len(ends) and ends[index].end == when:
+            alloc = ends[index]
+            index += 1
+            holds_reserved = alloc.kind is CapacityKind.RESERVED and alloc.reservation_id != rid
+            if not holds_reserved:
+                usable += sum(s.eq for s in alloc.spots if s.pool.eligible[s.local])
+            for spot in alloc.spots:
+                if spot.pool is pool:
+                    free[spot.local] += spot.devices
+        if demand > usable:
+            continue
+        placement = place(pool, shape, free)
+        if placement is None:
+            continue
+        extra = list(free)
+        for local, pods in placement:
+            extra[local] -= pods * shape.devices
+        return Shadow(ask.job.id, when, pool, extra, usable - demand)
+    return None
+
+
+# ---------------------------------------------------------------------- assembling
+
+
+def _assemble(run: Pass, starts: dict[JobId, EstimatedStart]) -> Plan:
+    state = run.state
+    snapshot = state.snapshot
+    waiting: dict[str, list[JobId]] = {}
+    for outcome in run.outcomes:
+        if outcome.would_admit:
+            continue  # dry run: admitted once the cluster answers
+        waiting.setdefault(outcome.ask.queue.name, []).append(outcome.ask.job.id)
+    positions: dict[JobId, int] = {}
+    for jobs in waiting.values():
+        for position, job_id in enumerate(jobs, start=1):
+            positions[job_id] = position
+    unreachable = _unreachable_reason(snapshot)
+    statuses: list[PendingStatus] = []
+    for outcome in run.outcomes:
+        ask = outcome.ask
+        job_id = ask.job.id
+        queue_jobs = waiting.get(ask.queue.name, [])
+        position = positions.get(job_id, 1)
+        if outcome.start is not None:
+            estimate = EstimatedStart(at=outcome.start)
+        elif ask.static:
+            estimate = EstimatedStart(at=None, why_unknown=ask.static[0].message)
+        else:
+            estimate = starts[job_id]
+        estimate = _with_range(state, ask, estimate)
+        reasons = list(outcome.reasons)
+        priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)
+        if outcome.would_admit:
+            pass
+        elif outcome.backfill_blocked_by is not None or not reasons:
+            reasons.insert(0, priority)
+        elif position > 1:
+            reasons.append(priority)
+        if unreachable is not None:
+            reasons.insert(0, unreachable)
+        statuses.append(
+            PendingStatus(
+                job_id=job_id,
+                reasons=tuple(reasons),
+                estimated_start=estimate,
+                position=position,
+                queue_length=len(queue_jobs),
+                preempting=outcome.preempting,
+            )
+        )
+    admitted = tuple(
+        (job.id, (_unschedulable_reason(job.unschedulable),))
+        for job in sorted(snapshot.running, key=lambda j: j.id)
+        if job.started_at is None and job.unschedulable
+    )
+    return Plan(
+        now=snapshot.now,
+        admissions=tuple(run.admissions),
+        preemptions=tuple(sorted(run.preemptions, key=lambda p: p.job_id)),
+        pending=tuple(statuses),
+        admitted_reasons=admitted,
+    )
+
+
+def _priority_reason(
+    state: State, ask: Ask, position: int, length: int, outcome: Outcome, estimate: EstimatedStart
+) -> PendingReason:
+    message = f"position {position} of {length} in queue {ask.queue.name}"
+    details: dict[str, Any] = {
+        "queue": ask.queue.name,
+        "position": position,
+        "queue_length": length,
+    }
+    if outcome.backfill_blocked_by is not None:
+        message += (
+            f"; the free GPUs are held for job {outcome.backfill_blocked_by} ahead of it, "
+            "which starting this job would delay"
+        )
+        details["held_for_job"] = outcome.backfill_blocked_by
+    hint = ""
+    if estimate.at is not None:
+        hint = f"estimated start {time_text(state.now, estimate.at)}"
+    return PendingReason(ReasonCode.PRIORITY, message, details, hint)
+
+
+def _unreachable_reason(snapshot: Snapshot) -> PendingReason | None:
+    since = snapshot.cluster_unreachable_since
+    if since is None:
+        return None
+    message = f"the portal cannot reach the cluster since {time_text(snapshot.now, since)}"
+    details = {"since": since.isoformat()}
+    return PendingReason(
+        ReasonCode.CLUSTER_UNREACHABLE,
+        message,
+        details,
+        "nothing to do: admission resumes when the cluster answers",
+    )
+
+
+def _unschedulable_reason(message: str) -> PendingReason:
+    return PendingReason(
+        ReasonCode.CLUSTER_UNSCHEDULABLE,
+        f"admitted, but the cluster's scheduler cannot place a pod: {message}",
+        {"scheduler_message": message},
+        "",
+    )
+
+
+def _with_range(state: State, ask: Ask, estimate: EstimatedStart) -> EstimatedStart:
+    waits = sorted(ask.queue.recent_waits)
+    if not waits:
+        return estimate
+    p50 = waits[(len(waits) - 1) // 2]
+    p90 = waits[min(len(waits) - 1, (len(waits) * 9) // 10)]
+    submitted = ask.job.submitted_at
+    return EstimatedStart(
+        at=estimate.at,
+        why_unknown=estimate.why_unknown,
+        range_low=max(state.now, submitted + p50),
+        range_high=max(state.now, submitted + p90),
+    )

@@ -1,0 +1,163 @@
+"""The admission engine's output: what to admit, what to preempt, and why the rest waits.
+
+Everything a ``Plan`` carries turns into plain JSON values with ``to_dict()`` so the portal can
+store reasons in a JSONField and serve them through the API unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from queues.admission.reasons import PendingReason
+from queues.admission.snapshot import CapacityKind, JobId, ReservationId
+
+
+def gpu_eq_json(value: Fraction) -> int | float:
+    """A GPU-equivalent amount as a JSON number: exact when whole, else 4 decimals."""
+    if value.denominator == 1:
+        return int(value)
+    return round(float(value), 4)
+
+
+def _time_json(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Admit ``job_id`` on ``gpu_class`` with its pods on ``nodes`` (one entry per pod).
+
+    ``capacity`` says what entitles it: ``reserved`` carries the reservation it uses;
+    ``borrowed`` may carry the reservation whose idle GPUs it runs on (preemptible work only).
+    ``backfilled`` marks a job that starts ahead of a blocked job without delaying it.
+    """
+
+    job_id: JobId
+    gpu_class: str
+    nodes: tuple[str, ...]
+    gpu_eq: Fraction
+    capacity: CapacityKind
+    reservation_id: ReservationId | None = None
+    backfilled: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "gpu_class": self.gpu_class,
+            "nodes": list(self.nodes),
+            "gpu_eq": gpu_eq_json(self.gpu_eq),
+            "capacity": self.capacity.value,
+            "reservation_id": self.reservation_id,
+            "backfilled": self.backfilled,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Preempt running job ``job_id`` with ``grace_period``; it goes back to pending.
+
+    ``for_job`` is the pending job the GPUs are freed for; ``lost_work`` the work since the
+    victim's last (real or assumed) checkpoint.
+    """
+
+    job_id: JobId
+    reason: str
+    grace_period: timedelta
+    for_job: JobId
+    lost_work: timedelta
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "reason": self.reason,
+            "grace_period_seconds": int(self.grace_period.total_seconds()),
+            "for_job": self.for_job,
+            "lost_work_seconds": int(self.lost_work.total_seconds()),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatedStart:
+    """When a pending job would start if running jobs end at their runtime limits and nothing
+    new arrives ahead of it. ``at`` None means unknown, and ``why_unknown`` says why.
+    ``range_low``/``range_high`` come from the queue's recent real waits, when there are any."""
+
+    at: datetime | None
+    why_unknown: str = ""
+    range_low: datetime | None = None
+    range_high: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at": _time_json(self.at),
+            "why_unknown": self.why_unknown,
+            "range_low": _time_json(self.range_low),
+            "range_high": _time_json(self.range_high),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PendingStatus:
+    """Why one pending job waits (binding reason first), when it should start, and its place in
+    its queue (1-based, among the queue's jobs still waiting after this plan)."""
+
+    job_id: JobId
+    reasons: tuple[PendingReason, ...]
+    estimated_start: EstimatedStart
+    position: int
+    queue_length: int
+    preempting: tuple[JobId, ...] = ()
+
+    @property
+    def binding(self) -> PendingReason:
+        return self.reasons[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "reasons": [reason.to_dict() for reason in self.reasons],
+            "estimated_start": self.estimated_start.to_dict(),
+            "position": self.position,
+            "queue_length": self.queue_length,
+            "preempting": list(self.preempting),
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One admission decision. ``pending`` holds a status for every pending job not admitted,
+    in plan order; ``admitted_reasons`` explains admitted jobs the cluster cannot place."""
+
+    now: datetime
+    admissions: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    pending: tuple[PendingStatus, ...]
+    admitted_reasons: tuple[tuple[JobId, tuple[PendingReason, ...]], ...] = ()
+
+    def status(self, job_id: JobId) -> PendingStatus | None:
+        """The pending status of ``job_id``, or None if it was admitted or is unknown."""
+        for status in self.pending:
+            if status.job_id == job_id:
+                return status
+        return None
+
+    def admission(self, job_id: JobId) -> Admission | None:
+        for admission in self.admissions:
+            if admission.job_id == job_id:
+                return admission
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now.isoformat(),
+            "admissions": [a.to_dict() for a in self.admissions],
+            "preemptions": [p.to_dict() for p in self.preemptions],
+            "pending": [s.to_dict() for s in self.pending],
+            "admitted_reasons": [
+                {"job_id": job_id, "reasons": [r.to_dict() for r in reasons]}
+                for job_id, reasons in self.admitted_reasons
+            ],
+        }

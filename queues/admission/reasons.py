@@ -1,0 +1,51 @@
+"""Pending reason codes and the structured reason a waiting job carries.
+
+The codes are API (stored, filtered on, shown in the UI); messages are for people and carry the
+numbers; ``details`` carries the same numbers as plain JSON values; ``hint`` says what the user can
+do, or is empty when nothing real can be proposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ReasonCode(StrEnum):
+    """Why a pending or admitted job is not running (PRODUCT.md, pending reasons)."""
+
+    NO_MATCHING_GPU_CLASS = "NoMatchingGpuClass"
+    MIG_PROFILE_UNAVAILABLE = "MigProfileUnavailable"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    USER_LIMIT = "UserLimit"
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    RESERVED_CAPACITY = "ReservedCapacity"
+    FRAGMENTATION = "Fragmentation"
+    TOPOLOGY = "Topology"
+    UNHEALTHY = "Unhealthy"
+    MAINTENANCE = "Maintenance"
+    PRIORITY = "Priority"
+    RESERVATION_WINDOW = "ReservationWindow"
+    CLUSTER_UNSCHEDULABLE = "ClusterUnschedulable"
+    CLUSTER_UNREACHABLE = "ClusterUnreachable"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """One reason a job waits. ``details`` holds only JSON-able values (str, int, float, bool,
+    None, lists and dicts of those)."""
+
+    code: ReasonCode
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code.value,
+            "message": self.message,
+            "details": dict(self.details),
+            "hint": self.hint,
+        }

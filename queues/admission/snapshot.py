@@ -1,0 +1,265 @@
+"""The admission engine's input: one frozen picture of the cluster and its policy.
+
+Everything here is plain data. The Django glue builds a ``Snapshot`` from database rows and the
+cluster adapter's view; the engine reads it and never mutates it.
+
+Conventions the glue must follow:
+
+* Quantities of GPU capacity are GPU-equivalents as ``Fraction`` (a whole GPU is 1, a MIG slice
+  its share, a time-slice replica ``1 / replicas``).
+* Times are aware UTC datetimes, durations ``timedelta``.
+* Nodes carry *capacity and what pods the portal did not create hold*; the engine derives what
+  the portal's own jobs hold from ``Snapshot.running`` (their pod placement), so free capacity is
+  never counted twice.
+* A node is in exactly one mode, derived from its fields: MIG when ``mig`` is non-empty (all its
+  GPUs are partitioned and it serves only MIG requests), time-sliced when
+  ``time_slice_replicas > 1``, otherwise exclusive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from fractions import Fraction
+
+from queues.admission.capability import CapabilityRequest, GpuClassSpec
+
+JobId = int
+ReservationId = int
+
+
+class PreemptionClass(StrEnum):
+    """Whether a queue's jobs may be preempted, as published in its terms."""
+
+    NEVER = "never"
+    GRACEFUL = "graceful"
+    PREEMPTIBLE = "preemptible"
+
+
+class SharingMode(StrEnum):
+    """How a queue's jobs hold GPUs."""
+
+    EXCLUSIVE = "exclusive"
+    MIG = "mig"
+    TIME_SLICED = "time-sliced"
+
+
+class MaintenanceState(StrEnum):
+    """A node's maintenance state; anything but ``NONE`` keeps new work off the node."""
+
+    NONE = "none"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
+class TopologyScope(StrEnum):
+    """The placement domain a queue may require for its multi-pod jobs."""
+
+    NONE = "none"
+    RACK = "rack"
+    NETWORK_DOMAIN = "network_domain"
+
+
+class CapacityKind(StrEnum):
+    """What entitles a job to the GPUs it holds (see PRODUCT.md, quotas and borrowing)."""
+
+    NOMINAL = "nominal"
+    BORROWED = "borrowed"
+    RESERVED = "reserved"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuClass:
+    """A GPU class with the billing weight of the rate card in force (fair share uses it)."""
+
+    spec: GpuClassSpec
+    weight: Fraction = Fraction(1)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class MigSlots:
+    """One MIG profile on a node: slices in the layout, and how many pods the portal did not
+    create hold (the engine subtracts the portal's own jobs itself)."""
+
+    profile: str
+    total: int
+    outside: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """The portal's mirror of one GPU node.
+
+    ``taints`` lists only taints the portal's pods do not tolerate by default, written
+    ``key=value:Effect`` or ``key:Effect``; a queue lists the keys it tolerates.
+    ``outside_gpu_eq`` is what pods the portal did not create hold on an exclusive or time-sliced
+    node (rounded up to whole GPUs, resp. replicas); on a MIG node use ``MigSlots.outside``.
+    """
+
+    name: str
+    gpu_class: str
+    gpus: int
+    mig: tuple[MigSlots, ...] = ()
+    time_slice_replicas: int = 1
+    rack: str = ""
+    network_domain: str = ""
+    taints: tuple[str, ...] = ()
+    healthy: bool = True
+    health_reason: str = ""
+    maintenance: MaintenanceState = MaintenanceState.NONE
+    maintenance_reason: str = ""
+    maintenance_until: datetime | None = None
+    outside_gpu_eq: Fraction = Fraction(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A queue (service class) with all its published terms.
+
+    Empty ``gpu_classes``, ``capability_classes`` or ``teams`` mean "any". Limits set to ``None``
+    are unlimited. ``grace_period`` is what a preempted job of this queue gets.
+    """
+
+    name: str
+    priority: int = 0
+    preemption: PreemptionClass = PreemptionClass.NEVER
+    grace_period: timedelta = timedelta(0)
+    sharing: SharingMode = SharingMode.EXCLUSIVE
+    gpu_classes: tuple[str, ...] = ()
+    capability_classes: tuple[str, ...] = ()
+    max_runtime: timedelta = timedelta(hours=24)
+    default_runtime: timedelta = timedelta(hours=1)
+    checkpoint_interval: timedelta | None = None
+    max_gpu_eq_per_job: Fraction | None = None
+    max_running_jobs_per_user: int | None = None
+    max_gpu_eq_per_user: Fraction | None = None
+    may_borrow: bool = False
+    reservation_only: bool = False
+    required_topology: TopologyScope = TopologyScope.NONE
+    teams: tuple[str, ...] = ()
+    tolerations: tuple[str, ...] = ()
+    recent_waits: tuple[timedelta, ...] = ()
+
+    @property
+    def can_borrow(self) -> bool:
+        """Borrowed GPUs are reclaimed by preemption, so only preemptable work may borrow."""
+        return self.may_borrow and self.preemption is not PreemptionClass.NEVER
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A team's guarantee (``nominal``) and extra it may borrow for one GPU class."""
+
+    gpu_class: str
+    nominal: Fraction
+    borrowing_limit: Fraction = Fraction(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """A tenant. ``recent_usage`` is its decayed normalized GPU-hours (fair share divides it by
+    ``weight``)."""
+
+    name: str
+    weight: Fraction = Fraction(1)
+    quotas: tuple[Quota, ...] = ()
+    recent_usage: Fraction = Fraction(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Capacity guaranteed to a team (optionally one queue) for a window; both ends ``None``
+    means standing. ``start`` inclusive, ``end`` exclusive."""
+
+    id: ReservationId
+    team: str
+    gpu_class: str
+    amount: Fraction
+    queue: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def active_at(self, when: datetime) -> bool:
+        return (self.start is None or self.start <= when) and (self.end is None or when < self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding GPUs: running, or admitted and not yet started (``started_at`` None).
+
+    ``pods`` names the node of each pod; each pod holds ``gpu_eq_per_pod`` (a MIG pod's devices
+    are ``gpu_eq_per_pod / share``, a time-sliced pod's ``gpu_eq_per_pod * replicas``).
+    ``memory_gb`` is the declared GPU memory per pod (time-sliced work; None = an even share of
+    the GPU). ``unschedulable`` keeps the cluster scheduler's message for an admitted job it
+    cannot place. Preemption class and sharing come from its queue.
+    """
+
+    id: JobId
+    team: str
+    user: str
+    queue: str
+    gpu_class: str
+    pods: tuple[str, ...]
+    gpu_eq_per_pod: Fraction
+    runtime_limit: timedelta
+    started_at: datetime | None = None
+    priority: int = 0
+    mig_profile: str | None = None
+    memory_gb: int | None = None
+    last_checkpoint: datetime | None = None
+    checkpoint_interval: timedelta | None = None
+    capacity: CapacityKind = CapacityKind.NOMINAL
+    reservation_id: ReservationId | None = None
+    unschedulable: str = ""
+
+    @property
+    def gpu_eq(self) -> Fraction:
+        return self.gpu_eq_per_pod * len(self.pods)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting for admission.
+
+    ``gpus_per_pod`` counts devices: whole GPUs (exclusive), slices of the capability class's MIG
+    profile, or time-slice replicas. ``memory_gb`` is the declared GPU memory per pod for
+    time-sliced work. ``runtime_limit`` None means the queue's default runtime.
+    """
+
+    id: JobId
+    queue: str
+    team: str
+    user: str
+    capability: str
+    submitted_at: datetime
+    pods: int = 1
+    gpus_per_pod: int = 1
+    memory_gb: int | None = None
+    runtime_limit: timedelta | None = None
+    priority: int = 0
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the engine needs for one decision. The engine never mutates it."""
+
+    now: datetime
+    gpu_classes: tuple[GpuClass, ...]
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    capability_classes: tuple[CapabilityRequest, ...]
+    teams: tuple[Team, ...]
+    reservations: tuple[Reservation, ...] = ()
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    cluster_unreachable_since: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.now.tzinfo is None:
+            raise ValueError("Snapshot.now must be an aware UTC datetime")

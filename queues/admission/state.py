@@ -1,0 +1,602 @@
+"""The engine's mutable working state: free capacity per node and pool, quota use per team,
+reservation use, per-user counts. Internal to the engine; built from a ``Snapshot``.
+
+GPU-equivalents are kept as integers scaled by ``State.scale`` (the least common multiple of every
+denominator in the snapshot), because the planner adds and compares them millions of times and
+``Fraction`` arithmetic would dominate the run time. Conversions back happen only at the edges.
+
+Capacity is indexed by *pool*: one pool per (GPU class, node mode, MIG profile). A pool keeps, per
+node, the free devices (whole GPUs, slices of its profile, or time-slice replicas) and buckets of
+eligible nodes by free count, so a single-pod best fit does not scan every node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from queues.admission.snapshot import (
+    CapacityKind,
+    GpuClass,
+    JobId,
+    MaintenanceState,
+    Node,
+    PreemptionClass,
+    Queue,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    TopologyScope,
+)
+
+EXCLUSIVE = "x"
+MIG = "m"
+TIME_SLICED = "t"
+
+
+def taint_key(taint: str) -> str:
+    """``key=value:Effect`` or ``key:Effect`` → ``key``."""
+    return taint.split(":", 1)[0].split("=", 1)[0]
+
+
+def node_mode(node: Node) -> str:
+    if node.mig:
+        return MIG
+    if node.time_slice_replicas > 1:
+        return TIME_SLICED
+    return EXCLUSIVE
+
+
+@dataclass(slots=True)
+class Pool:
+    """All nodes of one GPU class that serve one kind of device (see module docstring)."""
+
+    gpu_class: str
+    mode: str
+    profile: str | None
+    hbm_per_gpu: int
+    nodes: list[int] = field(default_factory=list)  # global node indices, name order
+    free: list[int] = field(default_factory=list)  # free devices per local node
+    cap: list[int] = field(default_factory=list)  # devices the portal may ever use per node
+    unit: list[int] = field(default_factory=list)  # scaled GPU-eq of one device per local node
+    hbm_free: list[int] = field(default_factory=list)  # time-sliced: undeclared HBM GB
+    hbm_claim: list[int] = field(default_factory=list)  # time-sliced: default GB per replica
+    eligible: list[bool] = field(default_factory=list)
+    rack: list[str] = field(default_factory=list)
+    domain: list[str] = field(default_factory=list)
+    taints: list[frozenset[str]] = field(default_factory=list)
+    local_of: dict[int, int] = field(default_factory=dict)
+    by_free: list[set[int]] = field(default_factory=list)  # eligible local nodes by free count
+    free_devices: int = 0  # on eligible nodes
+    tainted: bool = False
+
+    def bucket_move(self, local: int, old: int, new: int) -> None:
+        if not self.eligible[local]:
+            return
+        # an inconsistent snapshot may over-commit a node; it then counts as full, not negative
+        old, new = max(0, old), max(0, new)
+        self.by_free[old].discard(local)
+        while new >= len(self.by_free):
+            self.by_free.append(set())
+        self.by_free[new].add(local)
+        self.free_devices += new - old
+
+
+@dataclass(slots=True)
+class PodSpot:
+    """One pod's hold: ``devices`` on local node ``local`` of ``pool``."""
+
+    pool: Pool
+    local: int
+    devices: int
+    hbm: int
+    eq: int
+
+
+@dataclass(slots=True)
+class Alloc:
+    """A job holding capacity in the working state (running, admitted, or started in a
+    simulation)."""
+
+    job_id: JobId
+    team: str
+    queue: str
+    user: str
+    gpu_class: str
+    kind: CapacityKind
+    reservation_id: int | None
+    spots: list[PodSpot]
+    eq: int
+    end: datetime
+    rank: tuple[int, int]  # (queue priority, job priority): higher is more important
+    preemptible: bool
+    grace: timedelta
+    lost_work: timedelta
+    live: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a job needs from one pool: ``pods`` × ``devices`` (+ ``hbm`` GB per time-sliced pod)
+    placed within one ``topology`` domain when required, on nodes whose taints it tolerates."""
+
+    pods: int
+    devices: int
+    hbm: int
+    topology: TopologyScope
+    tolerations: frozenset[str]
+
+
+Placement = list[tuple[int, int]]  # (local node, pods on it)
+
+
+def lcm_scale(snapshot: Snapshot) -> int:
+    """The least common multiple of every denominator that can appear, so scaled GPU-eq is
+    always an integer."""
+    denominators: set[int] = {1}
+    for gpu in snapshot.gpu_classes:
+        denominators.update(Fraction(share).denominator for share in gpu.spec.mig_profiles.values())
+    for node in snapshot.nodes:
+        denominators.add(max(1, node.time_slice_replicas))
+        denominators.add(Fraction(node.outside_gpu_eq).denominator)
+    for team in snapshot.teams:
+        for quota in team.quotas:
+            denominators.add(Fraction(quota.nominal).denominator)
+            denominators.add(Fraction(quota.borrowing_limit).denominator)
+    for reservation in snapshot.reservations:
+        denominators.add(Fraction(reservation.amount).denominator)
+    for job in snapshot.running:
+        denominators.add(Fraction(job.gpu_eq_per_pod).denominator)
+    for queue in snapshot.queues:
+        if queue.max_gpu_eq_per_user is not None:
+            denominators.add(Fraction(queue.max_gpu_eq_per_user).denominator)
+    return math.lcm(*sorted(denominators))
+
+
+def lost_work(job: RunningJob, now: datetime) -> timedelta:
+    """Work since the last checkpoint: a real one if reported, else the last interval boundary
+    from the start, else everything since the start."""
+    if job.started_at is None or job.started_at >= now:
+        return timedelta(0)
+    if job.last_checkpoint is not None and job.last_checkpoint <= now:
+        return now - max(job.last_checkpoint, job.started_at)
+    ran = now - job.started_at
+    if job.checkpoint_interval:
+        return ran % job.checkpoint_interval
+    return ran
+
+
+class State:
+    """Mutable capacity and accounting, built from a snapshot. Every change goes through
+    ``take`` and ``give_back`` so the aggregates stay consistent with the per-node numbers."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.now = snapshot.now
+        self.scale = lcm_scale(snapshot)
+        self.classes: dict[str, GpuClass] = {g.name: g for g in snapshot.gpu_classes}
+        self.queues: dict[str, Queue] = {q.name: q for q in snapshot.queues}
+        self.nodes: list[Node] = sorted(snapshot.nodes, key=lambda n: n.name)
+        self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
+        self.pools: dict[tuple[str, str, str | None], Pool] = {}
+        self.class_pools: dict[str, list[Pool]] = {}
+        self.node_pools: list[list[Pool]] = [[] for _ in self.nodes]
+        self.node_eligible: list[bool] = []
+        # scaled GPU-eq, per class: free on eligible nodes, and capacity / free per node state
+        self.class_free: dict[str, int] = {name: 0 for name in self.classes}
+        self.class_capacity: dict[str, int] = {name: 0 for name in self.classes}
+        self.class_version: dict[str, int] = {name: 0 for name in self.classes}
+        self.nominal: dict[tuple[str, str], int] = {}
+        self.borrow_limit: dict[tuple[str, str], int] = {}
+        self.nominal_used: dict[tuple[str, str], int] = {}
+        self.borrowed_used: dict[tuple[str, str], int] = {}
+        self.user_jobs: dict[tuple[str, str], int] = {}
+        self.user_eq: dict[tuple[str, str], int] = {}
+        self.reservations: dict[int, Reservation] = {r.id: r for r in snapshot.reservations}
+        self.res_active: dict[int, bool] = {}
+        self.res_used: dict[int, int] = {}
+        self.res_idle: dict[int, int] = {}
+        self.res_idle_total: dict[str, int] = {name: 0 for name in self.classes}
+        self.allocs: dict[JobId, Alloc] = {}
+        self.class_allocs: dict[str, dict[JobId, Alloc]] = {name: {} for name in self.classes}
+        self.res_amount: dict[int, int] = {}
+        self.holders: dict[tuple[str, str], list[int]] = {}
+        self.outside: dict[str, int] = {name: 0 for name in self.classes}
+        self.user_allocs: dict[tuple[str, str], dict[JobId, Alloc]] = {}
+        self.memo: dict[tuple[object, ...], object] = {}  # per-version caches of hint lookups
+        self._build_nodes()
+        self._build_quotas()
+        self._build_reservations()
+        for job in sorted(snapshot.running, key=lambda j: j.id):
+            self._load_running(job)
+
+    # ------------------------------------------------------------------ building
+
+    def eq_units(self, value: Fraction | int) -> int:
+        scaled = Fraction(value) * self.scale
+        return math.ceil(scaled)
+
+    def _build_nodes(self) -> None:
+        for index, node in enumerate(self.nodes):
+            gpu = self.classes.get(node.gpu_class)
+            eligible = node.healthy and node.maintenance is MaintenanceState.NONE
+            self.node_eligible.append(eligible)
+            if gpu is None:
+                continue
+            mode = node_mode(node)
+            taints = frozenset(taint_key(t) for t in node.taints)
+            if mode == MIG:
+                for slots in sorted(node.mig, key=lambda s: s.profile):
+                    share = Fraction(gpu.spec.mig_profiles.get(slots.profile, Fraction(1, 7)))
+                    unit = int(share * self.scale)
+                    free = max(0, slots.total - slots.outside)
+                    self._add_to_pool(node, index, mode, slots.profile, free, unit, 0, 0, taints)
+                    self.outside[gpu.name] += slots.outside * unit
+                    self.class_capacity[gpu.name] += slots.total * unit if eligible else 0
+            elif mode == TIME_SLICED:
+                replicas = node.time_slice_replicas
+                unit = self.scale // replicas
+                outside = math.ceil(Fraction(node.outside_gpu_eq) * replicas)
+                free = max(0, node.gpus * replicas - outside)
+                claim = gpu.spec.hbm_gb // replicas
+                hbm = max(0, node.gpus * gpu.spec.hbm_gb - outside * claim)
+                self._add_to_pool(node, index, mode, None, free, unit, hbm, claim, taints)
+                self.outside[gpu.name] += outside * unit
+                self.class_capacity[gpu.name] += node.gpus * self.scale if eligible else 0
+            else:
+                outside = math.ceil(Fraction(node.outside_gpu_eq))
+                free = max(0, node.gpus - outside)
+                self._add_to_pool(node, index, mode, None, free, self.scale, 0, 0, taints)
+                self.outside[gpu.name] += outside * self.scale
+                self.class_capacity[gpu.name] += node.gpus * self.scale if eligible else 0
+
+    def _add_to_pool(
+        self,
+        node: Node,
+        index: int,
+        mode: str,
+        profile: str | None,
+        free: int,
+        unit: int,
+        hbm: int,
+        claim: int,
+        taints: frozenset[str],
+    ) -> None:
+        key = (node.gpu_class, mode, profile)
+        pool = self.pools.get(key)
+        if pool is None:
+            gpu = self.classes[node.gpu_class]
+            pool = Pool(
+                gpu_class=node.gpu_class, mode=mode, profile=profile, hbm_per_gpu=gpu.spec.hbm_gb
+            )
+            self.pools[key] = pool
+            self.class_pools.setdefault(node.gpu_class, []).append(pool)
+        local = len(pool.nodes)
+        pool.nodes.append(index)
+        pool.local_of[index] = local
+        pool.free.append(free)
+        pool.cap.append(free)
+        pool.unit.append(unit)
+        pool.hbm_free.append(hbm)
+        pool.hbm_claim.append(claim)
+        eligible = self.node_eligible[index]
+        pool.eligible.append(eligible)
+        pool.rack.append(node.rack or f"node:{node.name}")
+        pool.domain.append(node.network_domain or f"node:{node.name}")
+        pool.taints.append(taints)
+        pool.tainted = pool.tainted or bool(taints)
+        self.node_pools[index].append(pool)
+        if eligible:
+            while free >= len(pool.by_free):
+                pool.by_free.append(set())
+            pool.by_free[free].add(local)
+            pool.free_devices += free
+            self.class_free[node.gpu_class] += free * unit
+
+    def _build_quotas(self) -> None:
+        for team in self.snapshot.teams:
+            for quota in team.quotas:
+                key = (team.name, quota.gpu_class)
+                self.nominal[key] = self.eq_units(quota.nominal)
+                self.borrow_limit[key] = self.eq_units(quota.borrowing_limit)
+
+    def _build_reservations(self) -> None:
+        for rid in sorted(self.reservations):
+            reservation = self.reservations[rid]
+            self.res_amount[rid] = self.eq_units(reservation.amount)
+            self.holders.setdefault((reservation.team, reservation.gpu_class), []).append(rid)
+            self.res_used[rid] = 0
+            self.res_idle[rid] = 0
+            self.res_active[rid] = False
+            self.set_reservation_active(rid, self.reservations[rid].active_at(self.now))
+
+    def _load_running(self, job: RunningJob) -> None:
+        queue = self.queues.get(job.queue)
+        spots: list[PodSpot] = []
+        for node_name in job.pods:
+            index = self.node_index.get(node_name)
+            if index is None:
+                continue
+            pool = self._pool_for_running(index, job)
+            if pool is None:
+                continue
+            local = pool.local_of[index]
+            unit = pool.unit[local]
+            devices = max(1, math.ceil(Fraction(job.gpu_eq_per_pod) * self.scale / unit))
+            hbm = 0
+            if pool.mode == TIME_SLICED:
+                hbm = (
+                    job.memory_gb if job.memory_gb is not None else pool.hbm_claim[local] * devices
+                )
+            spots.append(PodSpot(pool, local, devices, hbm, devices * unit))
+        start = job.started_at or self.now
+        preemption = queue.preemption if queue else PreemptionClass.NEVER
+        alloc = Alloc(
+            job_id=job.id,
+            team=job.team,
+            queue=job.queue,
+            user=job.user,
+            gpu_class=job.gpu_class,
+            kind=job.capacity,
+            reservation_id=job.reservation_id,
+            spots=spots,
+            eq=self.eq_units(job.gpu_eq),
+            end=max(self.now, start + job.runtime_limit),
+            rank=(queue.priority if queue else 0, job.priority),
+            preemptible=preemption is not PreemptionClass.NEVER,
+            grace=queue.grace_period if queue else timedelta(0),
+            lost_work=lost_work(job, self.now),
+        )
+        self.take(alloc)
+
+    def _pool_for_running(self, index: int, job: RunningJob) -> Pool | None:
+        pools = self.node_pools[index]
+        if job.mig_profile is not None:
+            for pool in pools:
+                if pool.profile == job.mig_profile:
+                    return pool
+            return None
+        return pools[0] if pools and pools[0].mode != MIG else None
+
+    # ------------------------------------------------------------------ changes
+
+    def take(self, alloc: Alloc) -> None:
+        """Add ``alloc``'s hold to every aggregate."""
+        self._apply(alloc, -1)
+        self.allocs[alloc.job_id] = alloc
+        if alloc.gpu_class in self.class_allocs:
+            self.class_allocs[alloc.gpu_class][alloc.job_id] = alloc
+        self.user_allocs.setdefault((alloc.queue, alloc.user), {})[alloc.job_id] = alloc
+        alloc.live = True
+
+    def give_back(self, alloc: Alloc) -> None:
+        """Release ``alloc``'s hold (it ended or is preempted)."""
+        if not alloc.live:
+            return
+        self._apply(alloc, +1)
+        alloc.live = False
+        self.allocs.pop(alloc.job_id, None)
+        if alloc.gpu_class in self.class_allocs:
+            self.class_allocs[alloc.gpu_class].pop(alloc.job_id, None)
+        self.user_allocs.get((alloc.queue, alloc.user), {}).pop(alloc.job_id, None)
+
+    def _apply(self, alloc: Alloc, sign: int) -> None:
+        for spot in alloc.spots:
+            pool = spot.pool
+            old = pool.free[spot.local]
+            new = old + sign * spot.devices
+            pool.free[spot.local] = new
+            if pool.mode == TIME_SLICED:
+                pool.hbm_free[spot.local] += sign * spot.hbm
+            if pool.eligible[spot.local]:
+                pool.bucket_move(spot.local, old, new)
+                self.class_free[pool.gpu_class] += sign * spot.eq
+        key = (alloc.team, alloc.gpu_class)
+        if alloc.kind is CapacityKind.RESERVED and alloc.reservation_id in self.res_used:
+            self.res_used[alloc.reservation_id] -= sign * alloc.eq
+            self._refresh_idle(alloc.reservation_id)
+        elif alloc.kind is CapacityKind.BORROWED:
+            self.borrowed_used[key] = self.borrowed_used.get(key, 0) - sign * alloc.eq
+        elif alloc.kind is CapacityKind.NOMINAL:
+            self.nominal_used[key] = self.nominal_used.get(key, 0) - sign * alloc.eq
+        user = (alloc.queue, alloc.user)
+        self.user_jobs[user] = self.user_jobs.get(user, 0) - sign
+        self.user_eq[user] = self.user_eq.get(user, 0) - sign * alloc.eq
+        if alloc.gpu_class in self.class_version:
+            self.class_version[alloc.gpu_class] += 1
+
+    def _refresh_idle(self, rid: int) -> None:
+        reservation = self.reservations[rid]
+        idle = 0
+        if self.res_active[rid]:
+            idle = max(0, self.res_amount[rid] - self.res_used[rid])
+        cls = reservation.gpu_class
+        if cls in self.res_idle_total:
+            self.res_idle_total[cls] += idle - self.res_idle[rid]
+            self.class_version[cls] += 1
+        self.res_idle[rid] = idle
+
+    def set_reservation_active(self, rid: int, active: bool) -> None:
+        self.res_active[rid] = active
+        self._refresh_idle(rid)
+
+    def set_node_eligible(self, index: int, eligible: bool) -> None:
+        """A node returns from maintenance (or leaves): its free capacity joins the pools."""
+        if self.node_eligible[index] == eligible:
+            return
+        self.node_eligible[index] = eligible
+        sign = 1 if eligible else -1
+        node = self.nodes[index]
+        for pool in self.node_pools[index]:
+            local = pool.local_of[index]
+            free = pool.free[local]
+            if eligible:
+                pool.eligible[local] = True
+                while free >= len(pool.by_free):
+                    pool.by_free.append(set())
+                pool.by_free[max(0, free)].add(local)
+                pool.free_devices += max(0, free)
+            else:
+                pool.by_free[max(0, free)].discard(local)
+                pool.free_devices -= max(0, free)
+                pool.eligible[local] = False
+            self.class_free[pool.gpu_class] += sign * free * pool.unit[local]
+        gpu = node.gpu_class
+        if gpu in self.class_capacity:
+            self.class_capacity[gpu] += sign * node.gpus * self.scale
+            self.class_version[gpu] += 1
+
+    # ------------------------------------------------------------------ reading
+
+    def holder_reservations(self, team: str, queue: str, gpu_class: str) -> list[int]:
+        """Reservations ``team`` may use for a job of ``queue`` on ``gpu_class`` (any window)."""
+        return [
+            rid
+            for rid in self.holders.get((team, gpu_class), ())
+            if self.reservations[rid].queue in (None, queue)
+        ]
+
+    def reservation_headroom(self, rid: int) -> int:
+        if not self.res_active[rid]:
+            return 0
+        return self.res_amount[rid] - self.res_used[rid]
+
+    def usable(
+        self,
+        gpu_class: str,
+        kind: CapacityKind,
+        rid: int | None,
+        lend: bool,
+        own: Sequence[int] = (),
+    ) -> int:
+        """Free scaled GPU-eq of ``gpu_class`` a job may take: idle reserved GPUs are kept for
+        their holders. The job's own team's reservations (``own``, those its queue may use) do
+        not hold capacity against it, and preemptible borrowers (``lend``) may use any of it."""
+        free = self.class_free[gpu_class]
+        if lend:
+            return free
+        idle = self.res_idle_total[gpu_class]
+        for mine in own:
+            idle -= self.res_idle[mine]
+        if kind is CapacityKind.RESERVED and rid is not None and rid not in own:
+            idle -= self.res_idle[rid]
+        return free - idle
+
+
+# ---------------------------------------------------------------------- placement
+
+
+def _tolerates(pool: Pool, local: int, tolerations: frozenset[str]) -> bool:
+    taints = pool.taints[local]
+    return not taints or "*" in tolerations or taints <= tolerations
+
+
+def pods_fit(pool: Pool, local: int, shape: Shape, free: Sequence[int]) -> int:
+    """How many of ``shape``'s pods fit on local node ``local`` given ``free``."""
+    fit = free[local] // shape.devices
+    if pool.mode == TIME_SLICED and shape.hbm > 0:
+        fit = min(fit, pool.hbm_free[local] // shape.hbm)
+    return fit
+
+
+def place(
+    pool: Pool,
+    shape: Shape,
+    free: Sequence[int] | None = None,
+    eligible: Sequence[bool] | None = None,
+) -> Placement | None:
+    """Where ``shape``'s pods go in ``pool``, or None if they do not fit.
+
+    One pod: best fit (the eligible node with the fewest free devices that still fit), so large
+    blocks stay whole for gangs. Several pods: the fewest nodes; among placements with that many
+    nodes, one inside a single rack, else a single network domain. A required topology restricts
+    the choice to one domain of that scope. Ties break on node name order, so it is deterministic.
+    ``free`` overrides the pool's free devices (backfill passes what a shadow leaves over) and
+    ``eligible`` which nodes may take work (the simulation asks about nodes back from maintenance).
+    """
+    own = free is None and eligible is None
+    view: Sequence[int] = pool.free if free is None else free
+    if (
+        shape.pods == 1
+        and own
+        and not pool.tainted
+        and (pool.mode != TIME_SLICED or shape.hbm == 0)
+    ):
+        for count in range(shape.devices, len(pool.by_free)):
+            bucket = pool.by_free[count]
+            if bucket:
+                return [(min(bucket), 1)]
+        return None
+    candidates: list[tuple[int, int]] = []
+    total = 0
+    for local, ok in enumerate(pool.eligible if eligible is None else eligible):
+        if not ok or view[local] < shape.devices:
+            continue
+        if pool.tainted and not _tolerates(pool, local, shape.tolerations):
+            continue
+        fit = pods_fit(pool, local, shape, view)
+        if fit > 0:
+            candidates.append((local, fit))
+            total += fit
+    if total < shape.pods:
+        return None
+    if shape.pods == 1:
+        local = min(candidates, key=lambda c: (view[c[0]], c[0]))[0]
+        return [(local, 1)]
+    if shape.topology is TopologyScope.NONE:
+        best = _fewest(candidates, shape.pods, view)
+        if best is None:
+            return None
+        for labels in (pool.rack, pool.domain):
+            inside = _best_in_domain(candidates, shape.pods, view, labels)
+            if inside is not None and len(inside) <= len(best):
+                return inside
+        return best
+    labels = pool.rack if shape.topology is TopologyScope.RACK else pool.domain
+    return _best_in_domain(candidates, shape.pods, view, labels)
+
+
+def _fewest(
+    candidates: Iterable[tuple[int, int]], pods: int, view: Sequence[int]
+) -> Placement | None:
+    """Fill the nodes that take the most pods first: the fewest nodes for ``pods``."""
+    ordered = sorted(candidates, key=lambda c: (-c[1], view[c[0]], c[0]))
+    placement: Placement = []
+    left = pods
+    for local, fit in ordered:
+        take = min(fit, left)
+        placement.append((local, take))
+        left -= take
+        if left == 0:
+            return placement
+    return None
+
+
+def _best_in_domain(
+    candidates: list[tuple[int, int]], pods: int, view: Sequence[int], labels: list[str]
+) -> Placement | None:
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for candidate in candidates:
+        groups.setdefault(labels[candidate[0]], []).append(candidate)
+    best: Placement | None = None
+    for label in sorted(groups):
+        placement = _fewest(groups[label], pods, view)
+        if placement is not None and (best is None or len(placement) < len(best)):
+            best = placement
+    return best
+
+
+def spots_for(pool: Pool, placement: Placement, shape: Shape) -> list[PodSpot]:
+    spots: list[PodSpot] = []
+    for local, count in placement:
+        unit = pool.unit[local]
+        for _ in range(count):
+            spots.append(PodSpot(pool, local, shape.devices, shape.hbm, shape.devices * unit))
+    return spots
+
+
+def pods_nodes(state: State, spots: list[PodSpot]) -> tuple[str, ...]:
+    return tuple(state.nodes[spot.pool.nodes[spot.local]].name for spot in spots)

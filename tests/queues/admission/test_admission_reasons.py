@@ -1,0 +1,376 @@
+"""One small hand-built snapshot per pending reason code: the exact reason, numbers and hint."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from fractions import Fraction
+
+from queues.admission import MaintenanceState, MigSlots, PendingReason, Plan, ReasonCode, plan
+from queues.admission.testing import (
+    NOW,
+    node,
+    pending,
+    queue,
+    reservation,
+    running,
+    snapshot,
+    team,
+)
+
+H100 = "h100-80gb"
+
+
+def reasons_of(result: Plan, job_id: int) -> list[PendingReason]:
+    status = result.status(job_id)
+    assert status is not None, f"job {job_id} is not pending"
+    return list(status.reasons)
+
+
+def test_it_lists_exactly_the_product_codes() -> None:
+    assert [code.value for code in ReasonCode] == [
+        "NoMatchingGpuClass",
+        "MigProfileUnavailable",
+        "QuotaExceeded",
+        "UserLimit",
+        "InsufficientCapacity",
+        "ReservedCapacity",
+        "Fragmentation",
+        "Topology",
+        "Unhealthy",
+        "Maintenance",
+        "Priority",
+        "ReservationWindow",
+        "ClusterUnschedulable",
+        "ClusterUnreachable",
+    ]
+
+
+def test_no_matching_gpu_class_names_each_rejection_and_a_capability_that_fits() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1", "l4-24gb")],
+            queues=[queue("interactive", gpu_classes=("l4-24gb",))],
+            teams=[team("vision", {"l4-24gb": 8})],
+            pending=[pending(10, "vision", "interactive", "h100")],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.NO_MATCHING_GPU_CLASS
+    assert reason.message == (
+        "capability class h100 matches no GPU class queue interactive allows "
+        "(a100-40gb: HBM 40 GB < 80 GB required; lacks fp8; "
+        "h100-80gb: queue interactive does not allow it; "
+        "l4-24gb: HBM 24 GB < 80 GB required; "
+        "t4-16gb: HBM 16 GB < 80 GB required; lacks fp8)"
+    )
+    assert reason.details["allowed_classes"] == ["l4-24gb"]
+    assert reason.details["rejections"]["h100-80gb"] == "queue interactive does not allow it"
+    assert (
+        reason.hint == "capability class `any-gpu` matches l4-24gb, which queue interactive allows"
+    )
+    assert result.status(10).estimated_start.at is None  # type: ignore[union-attr]
+
+
+def test_mig_profile_unavailable_counts_free_slices() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("m1", mig=(MigSlots("1g.10gb", 7), MigSlots("3g.40gb", 2)))],
+            teams=[team("vision", {H100: 8})],
+            running=[
+                running(i, "vision", "m1", Fraction(1, 7), mig_profile="1g.10gb")
+                for i in range(1, 8)
+            ],
+            pending=[pending(10, "vision", capability="mig-1g")],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.MIG_PROFILE_UNAVAILABLE
+    assert reason.message == "needs 1 × 1g.10gb slice of h100-80gb; 0 free across 0 nodes"
+    assert reason.details["profile"] == "1g.10gb"
+    assert reason.details["free"] == 0
+    assert reason.details["requested_gpu_eq"] == 0.1429
+    assert (
+        reason.hint
+        == "1 more slice free up by 15:00 UTC as running jobs reach their runtime limits"
+    )
+
+
+def test_quota_exceeded_names_quota_and_borrowing_in_use() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1"), node("n2"), node("n3")],
+            teams=[team("vision", {H100: (16, 8)})],
+            running=[
+                running(1, "vision", ["n1", "n2"], 8),
+                running(2, "vision", "n3", 8, queue="batch", kind="borrowed"),
+            ],
+            pending=[pending(10, "vision", "batch", gpus=2)],
+        )
+    )
+    quota, capacity = reasons_of(result, 10)
+    assert quota.code is ReasonCode.QUOTA_EXCEEDED
+    assert quota.message == (
+        "team vision: h100-80gb quota 16/16 in use, borrowing limit 8 reached (needs 2)"
+    )
+    assert quota.details == {
+        "team": "vision",
+        "gpu_class": "h100-80gb",
+        "nominal": 16,
+        "nominal_in_use": 16,
+        "borrowing_limit": 8,
+        "borrowed_in_use": 8,
+        "requested": 2,
+        "queue_may_borrow": True,
+    }
+    assert (
+        quota.hint
+        == "your team's h100-80gb quota frees up when job 1 ends, at the latest 15:00 UTC"
+    )
+    assert capacity.code is ReasonCode.INSUFFICIENT_CAPACITY
+
+
+def test_user_limit_counts_running_jobs_and_says_when_one_ends() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            queues=[queue("interactive", max_running_jobs_per_user=1)],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 1, queue="interactive")],
+            pending=[pending(10, "vision", "interactive")],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.USER_LIMIT
+    assert reason.message == "user ann: 1/1 running jobs in queue interactive"
+    assert reason.details == {
+        "user": "ann",
+        "queue": "interactive",
+        "running_jobs": 1,
+        "max_running_jobs": 1,
+    }
+    assert reason.hint == "your job 1 ends at the latest 15:00 UTC"
+
+
+def test_insufficient_capacity_counts_gpus_used_outside_the_portal() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1", gpus=4, outside_gpu_eq=Fraction(1))],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 2)],
+            pending=[pending(10, "vision", gpus=2)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == "needs 2 h100-80gb GPUs; 1 free (1 used outside the portal)"
+    assert reason.details["free"] == 1
+    assert reason.details["outside_gpu_eq"] == 1
+    assert reason.details["capacity_gpu_eq"] == 4
+    assert (
+        reason.hint == "1 more GPU free up by 15:00 UTC as running jobs reach their runtime limits"
+    )
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=3)  # type: ignore[union-attr]
+
+
+def test_reserved_capacity_names_the_reservation_holding_the_free_gpus() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 4}), team("serving")],
+            reservations=[reservation(5, "serving", 6, queue="inference")],
+            running=[running(1, "vision", "n1", 2, runtime=timedelta(hours=2))],
+            pending=[pending(10, "vision", gpus=2)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.RESERVED_CAPACITY
+    assert reason.message == (
+        "6 h100-80gb GPUs are free but 6 of them are reserved (reservation 5 of team serving); "
+        "needs 2, 0 unreserved"
+    )
+    assert reason.details["reservations"] == [5]
+    assert reason.details["unreserved_free"] == 0
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=1)  # type: ignore[union-attr]
+
+
+def test_fragmentation_gives_the_largest_block_and_a_shape_that_fits() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node(f"n{i}", gpus=4) for i in range(1, 4)],
+            teams=[team("vision", {H100: 16})],
+            running=[running(i, "vision", f"n{i}", 2) for i in range(1, 4)],
+            pending=[pending(10, "vision", gpus=4)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.FRAGMENTATION
+    assert reason.message == "needs 4 GPUs on 1 node; 6 free across 3 nodes (largest block 2)"
+    assert reason.details == {
+        "gpu_class": "h100-80gb",
+        "pods": 1,
+        "per_pod": 4,
+        "free": 6,
+        "nodes_with_free": 3,
+        "largest_block": 2,
+    }
+    assert reason.hint == "as 2 pods × 2 GPUs it would fit now"
+
+
+def test_topology_when_the_gang_fits_only_across_racks() -> None:
+    result = plan(
+        snapshot(
+            queues=[queue("training", required_topology="rack")],
+            nodes=[node("a1", rack="ra"), node("b1", rack="rb")],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "a1", 4), running(2, "vision", "b1", 4)],
+            pending=[pending(10, "vision", pods=2, gpus=4)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.TOPOLOGY
+    assert reason.message == (
+        "needs 2 pods × 4 GPUs within one rack; no rack has room (the best holds 1 pod), "
+        "though they fit across racks"
+    )
+    assert reason.details["best_domain_pods"] == 1
+
+
+def test_maintenance_binds_when_drained_nodes_hold_the_missing_gpus() -> None:
+    result = plan(
+        snapshot(
+            nodes=[
+                node("n1"),
+                node(
+                    "n2",
+                    maintenance=MaintenanceState.DRAINING,
+                    maintenance_reason="ECC errors",
+                    maintenance_until=NOW + timedelta(hours=2),
+                ),
+                node("n3", healthy=False, health_reason="XID 79"),
+            ],
+            teams=[team("vision", {H100: 24})],
+            running=[running(1, "vision", "n1", 8)],
+            pending=[pending(10, "vision", gpus=4)],
+        )
+    )
+    maintenance, unhealthy, capacity = reasons_of(result, 10)
+    assert maintenance.code is ReasonCode.MAINTENANCE
+    assert maintenance.message == (
+        "1 of the 3 matching nodes is in maintenance (n2: ECC errors, back 14:00 UTC); "
+        "they hold 8 free GPUs"
+    )
+    assert maintenance.hint == "n2 is expected back at 14:00 UTC"
+    assert unhealthy.code is ReasonCode.UNHEALTHY
+    assert capacity.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=2)  # type: ignore[union-attr]
+
+
+def test_unhealthy_binds_when_only_broken_nodes_have_room() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1"), node("n3", healthy=False, health_reason="XID 79")],
+            teams=[team("vision", {H100: 24})],
+            running=[running(1, "vision", "n1", 8)],
+            pending=[pending(10, "vision", gpus=4)],
+        )
+    )
+    unhealthy, capacity = reasons_of(result, 10)
+    assert unhealthy.code is ReasonCode.UNHEALTHY
+    assert unhealthy.message == (
+        "1 of the 2 matching nodes is unhealthy (n3: XID 79); they hold 8 free GPUs"
+    )
+    assert unhealthy.details["nodes"] == ["n3"]
+    assert capacity.message == "needs 4 h100-80gb GPUs; 0 free"
+
+
+def test_priority_binds_when_backfill_would_delay_the_job_ahead() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 24})],
+            running=[running(1, "vision", "n1", 4, runtime=timedelta(hours=2))],
+            pending=[
+                pending(10, "vision", gpus=8, waited=timedelta(hours=1)),
+                pending(11, "vision", gpus=4, runtime_limit=timedelta(hours=3)),
+                pending(12, "vision", gpus=2, runtime_limit=timedelta(minutes=30)),
+            ],
+        )
+    )
+    assert [a.job_id for a in result.admissions] == [12]  # ends before job 10 can start
+    assert result.admissions[0].backfilled
+    [reason] = reasons_of(result, 11)
+    assert reason.code is ReasonCode.PRIORITY
+    assert reason.message == (
+        "position 2 of 2 in queue training; the free GPUs are held for job 10 ahead of it, "
+        "which starting this job would delay"
+    )
+    assert reason.details == {
+        "queue": "training",
+        "position": 2,
+        "queue_length": 2,
+        "held_for_job": 10,
+    }
+    assert reason.hint == "estimated start 21:00 UTC"
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=1)  # type: ignore[union-attr]
+
+
+def test_reservation_window_says_when_the_reservation_opens() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("serving")],
+            reservations=[
+                reservation(
+                    5,
+                    "serving",
+                    8,
+                    queue="inference",
+                    start=NOW + timedelta(hours=2),
+                    end=NOW + timedelta(hours=10),
+                )
+            ],
+            pending=[pending(10, "serving", "inference", gpus=2)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.RESERVATION_WINDOW
+    assert reason.message == "team serving's reservation 5 (h100-80gb) starts 14:00 UTC"
+    assert reason.details["starts_at"] == "2025-03-03T14:00:00+00:00"
+    assert reason.hint == "the job can start when reservation 5 opens at 14:00 UTC"
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=2)  # type: ignore[union-attr]
+
+
+def test_cluster_unschedulable_keeps_the_scheduler_message_for_admitted_jobs() -> None:
+    message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu"
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 8})],
+            running=[running(1, "vision", "n1", 2, started=None, unschedulable=message)],
+        )
+    )
+    [(job_id, (reason,))] = result.admitted_reasons
+    assert job_id == 1
+    assert reason.code is ReasonCode.CLUSTER_UNSCHEDULABLE
+    assert reason.message == f"admitted, but the cluster's scheduler cannot place a pod: {message}"
+    assert reason.details == {"scheduler_message": message}
+
+
+def test_cluster_unreachable_binds_first_and_admits_nothing() -> None:
+    result = plan(
+        snapshot(
+            cluster_unreachable_since=NOW - timedelta(minutes=7),
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 8})],
+            pending=[pending(10, "vision"), pending(11, "vision", gpus=8)],
+        )
+    )
+    assert result.admissions == ()
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.CLUSTER_UNREACHABLE
+    assert reason.message == "the portal cannot reach the cluster since 11:53 UTC"
+    assert reason.details == {"since": "2025-03-03T11:53:00+00:00"}
+    assert [r.code for r in reasons_of(result, 11)][:2] == [
+        ReasonCode.CLUSTER_UNREACHABLE,
+        ReasonCode.QUOTA_EXCEEDED,
+    ]
