@@ -1,0 +1,262 @@
+"""The one way the portal reaches Kubernetes: the official ``kubernetes`` client.
+
+The adapter reads and writes; it never decides. Lists come back as raw JSON (``dict``) so that
+mirroring thousands of pods skips building client models; ``queues.cluster.nodes`` and
+``queues.cluster.pods`` interpret them.
+
+Errors are sorted for the reconcile:
+
+* ``ClusterUnreachable`` — connection refused, timeouts, HTTP 5xx: retry later with backoff; jobs
+  show ``ClusterUnreachable`` meanwhile.
+* ``ClusterRejected`` — a 4xx the request itself caused (forbidden, invalid): retrying the same
+  request will not help; the job ends ``failed`` with the API's message after a few tries.
+* ``AlreadyExists`` on create and ``NotFound`` on delete are success: the world is as wanted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from queues.cluster.manifests import MANAGED_BY
+from queues.cluster.pods import JOB_ID_LABEL
+
+logger = logging.getLogger(__name__)
+
+PORTAL_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+class ClusterUnreachable(Exception):
+    """The cluster did not answer usefully (network, timeout, 5xx); try again later."""
+
+
+class ClusterRejected(Exception):
+    """The cluster refused the request itself (4xx); ``status`` and the API's ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Listing:
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+def _status_message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body or "{}").get("message") or str(exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+class Cluster:
+    """A Kubernetes cluster reached through ``api_client`` (from a kubeconfig or in-cluster)."""
+
+    def __init__(self, api_client: client.ApiClient, *, timeout: tuple[float, float] = (3, 15)):
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.timeout = timeout
+        self.calls = 0  # API requests made, for the benchmark and the tests
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, *, context: str | None = None) -> Cluster:
+        return cls(config.new_client_from_config(config_file=path, context=context))
+
+    @classmethod
+    def in_cluster(cls) -> Cluster:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _call(self, method: Any, *args: Any, raw: bool = False, **kwargs: Any) -> Any:
+        """One API request, with errors sorted as the module docstring says."""
+        self.calls += 1
+        try:
+            result = method(
+                *args, _request_timeout=self.timeout, _preload_content=not raw, **kwargs
+            )
+        except ApiException as exc:
+            if exc.status is None or exc.status >= 500 or exc.status == 429:
+                raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
+            raise ClusterRejected(exc.status, _status_message(exc)) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        if raw:
+            try:
+                return json.loads(result.data)
+            finally:
+                result.release_conn()
+        return result
+
+    def _list(self, method: Any, **kwargs: Any) -> Listing:
+        """Every item, following ``continue`` tokens page by page."""
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self._call(method, raw=True, limit=500, _continue=token, **kwargs)
+            items += page.get("items") or []
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                return Listing(items, str(metadata.get("resourceVersion", "")))
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def list_nodes(self) -> Listing:
+        return self._list(self.core.list_node)
+
+    def list_pods(self) -> Listing:
+        """Every bound pod in the cluster: the portal's and others' (which still hold GPUs)."""
+        return self._list(self.core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=")
+
+    def list_portal_pods(self) -> Listing:
+        """The portal's pods, bound or not (unbound ones carry the scheduler's message)."""
+        return self._list(self.core.list_pod_for_all_namespaces, label_selector=PORTAL_SELECTOR)
+
+    def list_portal_jobs(self) -> Listing:
+        return self._list(self.batch.list_job_for_all_namespaces, label_selector=PORTAL_SELECTOR)
+
+    def pod_log(self, namespace: str, pod: str, *, tail_lines: int = 50) -> str:
+        try:
+            return self._call(
+                self.core.read_namespaced_pod_log, pod, namespace, tail_lines=tail_lines
+            )
+        except ClusterRejected as exc:
+            if exc.status in (400, 404):
+                return ""  # not started yet, or gone
+            raise
+
+    def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        listing = self._call(
+            self.core.list_namespaced_event,
+            namespace,
+            raw=True,
+            field_selector=f"involvedObject.name={name}",
+        )
+        return listing.get("items") or []
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def ensure_namespace(self, name: str) -> None:
+        try:
+            self._call(self.core.read_namespace, name)
+        except ClusterRejected as exc:
+            if exc.status != 404:
+                raise
+            try:
+                self._call(self.core.create_namespace, {"metadata": {"name": name}})
+            except ClusterRejected as again:
+                if again.status != 409:
+                    raise
+
+    def create_job(self, manifest: dict[str, Any]) -> bool:
+        """Create the Job; False if a Job of that name that is ours already exists (a retried
+        create after a crash). A same-named Job that is not ours is a rejection."""
+        namespace = manifest["metadata"]["namespace"]
+        try:
+            self._call(self.batch.create_namespaced_job, namespace, manifest)
+            return True
+        except ClusterRejected as exc:
+            if exc.status != 409:
+                raise
+        existing = self._call(
+            self.batch.read_namespaced_job, manifest["metadata"]["name"], namespace, raw=True
+        )
+        ours = (existing.get("metadata", {}).get("labels") or {}).get(JOB_ID_LABEL)
+        if ours != manifest["metadata"]["labels"][JOB_ID_LABEL]:
+            raise ClusterRejected(
+                409, f"a Job named {manifest['metadata']['name']} exists and is not ours"
+            )
+        return False
+
+    def delete_job(self, namespace: str, name: str, *, grace_seconds: int | None = None) -> bool:
+        """Delete the Job and, in the background, its pods; False if it was already gone."""
+        try:
+            self._call(
+                self.batch.delete_namespaced_job,
+                name,
+                namespace,
+                propagation_policy="Background",
+                grace_period_seconds=grace_seconds,
+            )
+            return True
+        except ClusterRejected as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def delete_pods_of_job(self, namespace: str, job_id: int, *, grace_seconds: int) -> int:
+        """Delete a job's pods with ``grace_seconds`` (a preemption's grace period); how many."""
+        pods = self._list(
+            self.core.list_namespaced_pod,
+            namespace=namespace,
+            label_selector=f"{JOB_ID_LABEL}={job_id}",
+        )
+        for pod in pods.items:
+            try:
+                self._call(
+                    self.core.delete_namespaced_pod,
+                    pod["metadata"]["name"],
+                    namespace,
+                    grace_period_seconds=grace_seconds,
+                )
+            except ClusterRejected as exc:
+                if exc.status != 404:
+                    raise
+        return len(pods.items)
+
+    def watch(
+        self, kind: str, resource_version: str, *, timeout_seconds: int = 5
+    ) -> Iterator[dict[str, Any]]:
+        """Changes to ``kind`` (nodes, pods, jobs) after ``resource_version``, as raw events.
+
+        Raises ``ClusterRejected`` with status 410 when the version is too old: relist then.
+        """
+        from kubernetes import watch
+
+        method = {
+            "nodes": self.core.list_node,
+            "pods": self.core.list_pod_for_all_namespaces,
+            "jobs": self.batch.list_job_for_all_namespaces,
+        }[kind]
+        self.calls += 1
+        stream = watch.Watch().stream(
+            method,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
+        try:
+            yield from stream
+        except ApiException as exc:
+            if exc.status == 410:
+                raise ClusterRejected(410, _status_message(exc)) from exc
+            raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def cluster_from_settings() -> Cluster:
+    """The cluster the settings name (the simulated one by default)."""
+    from django.conf import settings
+
+    if settings.CLUSTER_MODE == "in-cluster":
+        return Cluster.in_cluster()
+    return Cluster.from_kubeconfig(settings.CLUSTER_KUBECONFIG, context=settings.CLUSTER_CONTEXT)
