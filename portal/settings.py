@@ -184,6 +184,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
+RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "queues.reconcile", "schedule": RECONCILE_INTERVAL_SECONDS},
+}
 
 # --- The cluster -------------------------------------------------------------------------------
 # "sim": the simulated cluster (its server writes a kubeconfig under var/sim/); "kubeconfig": a

@@ -443,6 +443,9 @@ class Job(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    cluster_failures = models.PositiveIntegerField(
+        default=0, help_text="Creates the cluster refused (4xx); the job fails after a few."
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     failure_reason = models.CharField(max_length=300, blank=True)
     pending_reasons = models.JSONField(default=list, blank=True)
@@ -535,6 +538,10 @@ class UsageInterval(models.Model):
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
     end_estimated = models.BooleanField(default=False)
+    pod_deleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the pod was seen terminating (for an estimated end)."
+    )
+    grace_seconds = models.PositiveIntegerField(default=30)
 
     class Meta:
         ordering = ["started_at", "id"]

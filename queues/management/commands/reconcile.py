@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from queues.cluster.adapter import cluster_from_settings
+from queues.reconcile import reconcile_cycle
+
+
+class Command(BaseCommand):
+    help = "Reconcile the portal with the cluster: one cycle with --once, else every --interval s."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="run one cycle and exit")
+        parser.add_argument("--interval", type=float, default=5.0, help="seconds between cycles")
+
+    def handle(self, *args: Any, once: bool, interval: float, **options: Any) -> None:
+        cluster = cluster_from_settings()
+        try:
+            while True:
+                report = reconcile_cycle(cluster=cluster, holder="manage.py reconcile")
+                self.stdout.write(report.summary())
+                if once:
+                    return
+                time.sleep(interval)
+        finally:
+            cluster.close()

@@ -1,0 +1,778 @@
+"""One reconcile cycle: cluster → mirror → snapshot → engine → plan → database → cluster.
+
+    sync nodes and pods → move job states from what the cluster reports → open and close usage
+    intervals → build the snapshot → plan → store admissions, preemptions, reasons and
+    estimates → create and delete Kubernetes Jobs → note the cluster's health.
+
+Crash-safe by construction, not by luck: every job state change is a conditional UPDATE on the
+state it leaves; Job names are derived from job ids and a create that finds its own Job is
+success; a usage interval is keyed by its pod's UID and opened or closed by conditional writes.
+Killing the process anywhere and running the next cycle loses nothing and does nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from queues import admission as engine
+from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable
+from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
+from queues.cluster.nodes import Conventions, NodeFacts, node_facts
+from queues.cluster.pods import PodFacts, devices_held, parse_time, pod_facts
+from queues.models import (
+    ClusterStatus,
+    GpuClass,
+    Job,
+    JobEvent,
+    JobState,
+    Node,
+    PreemptionClass,
+    UsageInterval,
+)
+from queues.services import lease_acquire, lease_release
+from queues.snapshot import snapshot_build
+
+logger = logging.getLogger(__name__)
+
+LEASE = "reconcile"
+LEASE_TTL = timedelta(minutes=2)
+# An admitted job whose pods the cluster cannot all start within this long is rolled back to
+# pending (the scheduler's message is kept in its history).
+START_TIMEOUT = timedelta(minutes=5)
+# Creates the cluster refuses (4xx) before the job ends failed with the API's message.
+MAX_CREATE_REFUSALS = 3
+IMAGE_PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+TERMINATING_STATES = (JobState.PREEMPTED, JobState.CANCELLED, JobState.FAILED)
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (for the command's output, the logs, the benchmark and the tests)."""
+
+    ran: bool = True
+    unreachable: str = ""
+    transitions: Counter[str] = field(default_factory=Counter)
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    jobs_created: int = 0
+    jobs_deleted: int = 0
+    intervals_opened: int = 0
+    intervals_closed: int = 0
+    api_calls: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if not self.ran:
+            return "another reconcile holds the lease; nothing done"
+        moves = ", ".join(f"{k} {v}" for k, v in sorted(self.transitions.items())) or "none"
+        text = (
+            f"admitted {len(self.admitted)}, preempted {len(self.preempted)}, "
+            f"Jobs created {self.jobs_created}, deleted {self.jobs_deleted}, "
+            f"usage opened {self.intervals_opened}, closed {self.intervals_closed}; "
+            f"state changes: {moves}; {self.api_calls} API calls in {self.seconds:.2f} s"
+        )
+        return f"cluster unreachable ({self.unreachable}); " + text if self.unreachable else text
+
+
+@dataclass
+class ClusterView:
+    """What the cluster said at the start of a cycle."""
+
+    nodes: list[NodeFacts]
+    pods: list[PodFacts]  # bound pods of anyone, and the portal's unbound ones
+    jobs: dict[int, dict[str, Any]]  # the portal's Kubernetes Jobs by portal job id
+
+    def pods_of(self) -> dict[int, list[PodFacts]]:
+        grouped: dict[int, list[PodFacts]] = defaultdict(list)
+        for pod in self.pods:
+            if pod.job_id is not None:
+                grouped[pod.job_id].append(pod)
+        return grouped
+
+
+def job_token(job_id: int) -> str:
+    """The token a job's pods use to report checkpoints: valid for this job alone, derived from
+    the secret key so a retried create produces the same Job."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), f"job:{job_id}".encode(), hashlib.sha256)
+    return f"gpj_{job_id}_{digest.hexdigest()[:40]}"
+
+
+def conventions() -> Conventions:
+    return Conventions(
+        rack_label=settings.CLUSTER_RACK_LABEL,
+        network_domain_label=settings.CLUSTER_NETWORK_DOMAIN_LABEL,
+    )
+
+
+def read_cluster(cluster: Cluster) -> ClusterView:
+    """Three kinds of list call per cycle, however many jobs there are."""
+    nodes = [node_facts(n, conventions()) for n in cluster.list_nodes().items]
+    seen: dict[str, PodFacts] = {}
+    for raw in cluster.list_pods().items + cluster.list_portal_pods().items:
+        pod = pod_facts(raw)
+        seen[pod.uid] = pod
+    jobs: dict[int, dict[str, Any]] = {}
+    for raw in cluster.list_portal_jobs().items:
+        label = (raw.get("metadata", {}).get("labels") or {}).get("gpuportal.io/job-id", "")
+        if label.isdigit():
+            jobs[int(label)] = raw
+    return ClusterView(nodes=nodes, pods=list(seen.values()), jobs=jobs)
+
+
+# --- The cycle -----------------------------------------------------------------------------------
+
+
+def reconcile_cycle(
+    *, cluster: Cluster, now: datetime | None = None, holder: str = "reconcile"
+) -> CycleReport:
+    """Run one cycle if no other holds the lease. ``now`` defaults to the wall clock (tests
+    pass the simulated cluster's)."""
+    started = time.monotonic()
+    report = CycleReport()
+    if not lease_acquire(name=LEASE, holder=holder, ttl=LEASE_TTL):
+        report.ran = False
+        return report
+    calls_before = cluster.calls
+    try:
+        now = now or timezone.now()
+        try:
+            view = read_cluster(cluster)
+        except (ClusterUnreachable, ClusterRejected) as exc:
+            since = cluster_unreachable(str(exc), now=now)
+            report.unreachable = str(exc)
+            plan = engine.plan(snapshot_build(now=now, cluster_unreachable_since=since))
+            plan_store_reasons(plan, now=now)
+            return report
+        nodes_sync(view, now=now)
+        jobs_sync(view, now=now, report=report)
+        usage_sync(view, now=now, report=report)
+        plan = engine.plan(snapshot_build(now=now))
+        plan_apply(plan, now=now, report=report)
+        try:
+            cluster_apply(cluster, view, now=now, report=report)
+        except ClusterUnreachable as exc:
+            cluster_unreachable(str(exc), now=now)
+            report.unreachable = str(exc)
+            return report
+        cluster_reachable(now=now)
+        return report
+    finally:
+        report.api_calls = cluster.calls - calls_before
+        report.seconds = time.monotonic() - started
+        lease_release(name=LEASE, holder=holder)
+
+
+def cluster_unreachable(error: str, *, now: datetime) -> datetime:
+    """Note the failure; returns since when the cluster has been unreachable."""
+    status, _ = ClusterStatus.objects.get_or_create(pk=1)
+    since = status.unreachable_since or now
+    ClusterStatus.objects.filter(pk=1).update(
+        reachable=False, unreachable_since=since, last_error=error[:2000]
+    )
+    logger.warning("cluster unreachable since %s: %s", since.isoformat(), error)
+    return since
+
+
+def cluster_reachable(*, now: datetime) -> None:
+    ClusterStatus.objects.update_or_create(
+        pk=1,
+        defaults={
+            "reachable": True,
+            "unreachable_since": None,
+            "last_error": "",
+            "last_success_at": now,
+        },
+    )
+
+
+# --- Nodes ---------------------------------------------------------------------------------------
+
+
+def nodes_sync(view: ClusterView, *, now: datetime) -> None:
+    """Mirror every node; a node the cluster no longer reports stays, marked unhealthy."""
+    classes = {g.product: g for g in GpuClass.objects.all()}
+    use = devices_held(view.pods)
+    existing = {n.name: n for n in Node.objects.all()}
+    changed: list[Node] = []
+    created: list[Node] = []
+    fields = [
+        "gpu_class",
+        "product",
+        "gpu_count",
+        "mig_layout",
+        "time_slice_replicas",
+        "rack",
+        "network_domain",
+        "labels",
+        "taints",
+        "healthy",
+        "health_reason",
+        "maintenance",
+        "maintenance_reason",
+        "maintenance_until",
+        "gpus_used_outside",
+        "outside_devices",
+        "last_seen_at",
+    ]
+    for facts in view.nodes:
+        outside = dict(sorted(use[facts.name].outside.items())) if facts.name in use else {}
+        gpu_class = classes.get(facts.product)
+        values = {
+            "gpu_class": gpu_class,
+            "product": facts.product,
+            "gpu_count": facts.gpu_count,
+            "mig_layout": facts.mig_layout,
+            "time_slice_replicas": facts.time_slice_replicas,
+            "rack": facts.rack,
+            "network_domain": facts.network_domain,
+            "labels": facts.labels,
+            "taints": facts.taints,
+            "healthy": facts.healthy,
+            "health_reason": facts.health_reason[:300],
+            "maintenance": facts.maintenance,
+            "maintenance_reason": facts.maintenance_reason[:300],
+            "maintenance_until": facts.maintenance_until,
+            "gpus_used_outside": _outside_gpu_eq(outside, facts, gpu_class),
+            "outside_devices": outside,
+            "last_seen_at": now,
+        }
+        node = existing.pop(facts.name, None)
+        if node is None:
+            created.append(Node(name=facts.name, **values))
+            continue
+        for key, value in values.items():
+            setattr(node, key, value)
+        changed.append(node)
+    for gone in existing.values():
+        if gone.healthy or gone.health_reason != "not reported by the cluster":
+            gone.healthy = False
+            gone.health_reason = "not reported by the cluster"
+            changed.append(gone)
+    Node.objects.bulk_create(created)
+    Node.objects.bulk_update(changed, fields, batch_size=500)
+
+
+def _outside_gpu_eq(
+    outside: dict[str, int], facts: NodeFacts, gpu_class: GpuClass | None
+) -> Decimal:
+    total = Fraction(outside.get("gpu", 0), facts.time_slice_replicas)
+    for profile, count in outside.items():
+        if profile != "gpu" and gpu_class is not None and profile in gpu_class.mig_profiles:
+            total += count * gpu_class.mig_share(profile)
+    return (Decimal(total.numerator) / Decimal(total.denominator)).quantize(Decimal("0.001"))
+
+
+# --- Jobs ----------------------------------------------------------------------------------------
+
+
+def job_transition(
+    job: Job,
+    *,
+    to: str,
+    kind: str,
+    message: str,
+    now: datetime,
+    details: dict[str, Any] | None = None,
+    **fields: Any,
+) -> bool:
+    """Move ``job`` from the state it was read in to ``to``, once: a conditional UPDATE, and the
+    timeline event only if this call made the change."""
+    with transaction.atomic():
+        moved = Job.objects.filter(pk=job.pk, state=job.state).update(state=to, **fields)
+        if moved:
+            JobEvent.objects.create(
+                job_id=job.pk, at=now, kind=kind, message=message, details=details or {}
+            )
+    if moved:
+        job.state = to
+    return bool(moved)
+
+
+def _requeue_fields(job: Job) -> dict[str, Any]:
+    return {
+        "attempts": job.attempts + 1,
+        "gpu_class": None,
+        "nodes": [],
+        "capacity_kind": "",
+        "reservation": None,
+        "k8s_job_name": "",
+        "admitted_at": None,
+        "started_at": None,
+        "terminating": False,
+        "pending_reasons": [],
+    }
+
+
+def jobs_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
+    """Move every job the cluster holds (or held) to the state the cluster reports."""
+    pods_of = view.pods_of()
+    jobs = Job.objects.filter(
+        Q(state__in=(JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED))
+        | Q(state__in=TERMINATING_STATES, terminating=True)
+    ).select_related("queue")
+    for job in jobs:
+        pods = pods_of.get(job.pk, [])
+        k8s = view.jobs.get(job.pk)
+        if job.terminating or job.state == JobState.PREEMPTED:
+            _sync_terminating(job, pods, k8s, now=now, report=report)
+        elif job.state == JobState.ADMITTED:
+            _sync_admitted(job, pods, k8s, now=now, report=report)
+        elif job.state == JobState.RUNNING:
+            _sync_running(job, pods, k8s, now=now, report=report)
+
+
+def _sync_terminating(
+    job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
+) -> None:
+    if pods:
+        return  # its GPUs are held until the pods are gone
+    if job.state == JobState.PREEMPTED:
+        if job_transition(
+            job,
+            to=JobState.PENDING,
+            kind="requeued",
+            now=now,
+            message=f"pods gone; back in the queue (attempt {job.attempts + 2})",
+            **_requeue_fields(job),
+        ):
+            report.transitions["preempted→pending"] += 1
+    else:
+        Job.objects.filter(pk=job.pk, terminating=True).update(terminating=False)
+
+
+def _sync_admitted(
+    job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
+) -> None:
+    if not job.k8s_job_name:
+        return  # not created yet: cluster_apply creates it
+    if k8s is None:
+        _deleted_outside(job, pods, now=now, report=report)
+        return
+    pulls = [p for p in pods if p.container.reason in IMAGE_PULL_FAILURES]
+    if pulls:
+        pod = pulls[0]
+        if job_transition(
+            job,
+            to=JobState.FAILED,
+            kind="failed",
+            now=now,
+            message=f"image {job.image} could not be pulled: "
+            f"{pod.container.message or pod.container.reason}",
+            failure_reason=f"{pod.container.reason}: {pod.container.message}"[:300],
+            finished_at=now,
+            terminating=True,
+        ):
+            report.transitions["admitted→failed"] += 1
+        return
+    started = [p for p in pods if p.container.started_at is not None]
+    if len(started) >= job.pods:
+        start = max(p.container.started_at for p in started)  # the gang runs once all ranks do
+        if job_transition(
+            job,
+            to=JobState.RUNNING,
+            kind="started",
+            now=now,
+            message=f"{job.pods} pod(s) running on {', '.join(sorted({p.node for p in started}))}",
+            started_at=start,
+            pending_reasons=[],
+        ):
+            report.transitions["admitted→running"] += 1
+        return
+    if _finished(k8s):
+        _sync_running(job, pods, k8s, now=now, report=report)
+        return
+    stuck = next((p.unschedulable_message for p in pods if p.unschedulable_message), "")
+    if stuck:
+        reason = engine.PendingReason(
+            engine.ReasonCode.CLUSTER_UNSCHEDULABLE,
+            f"admitted, but the cluster's scheduler cannot place a pod: {stuck}",
+            {"scheduler_message": stuck},
+            "the portal rolls the job back to the queue if this lasts "
+            f"{int(START_TIMEOUT.total_seconds() // 60)} minutes",
+        )
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+            pending_reasons=[reason.to_dict()]
+        )
+    if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
+        message = (
+            f"only {len(started)} of {job.pods} pods started within "
+            f"{int(START_TIMEOUT.total_seconds() // 60)} minutes"
+            + (f"; the scheduler said: {stuck}" if stuck else "")
+        )
+        if job_transition(
+            job,
+            to=JobState.PREEMPTED,
+            kind="rolled back",
+            now=now,
+            message=message,
+            details={"scheduler_message": stuck, "started_pods": len(started)},
+            terminating=True,
+        ):
+            report.transitions["admitted→rolled back"] += 1
+
+
+def _finished(k8s: dict | None) -> str:
+    """``Complete`` or ``Failed`` when the Kubernetes Job says so (with its reason), else ""."""
+    for condition in (k8s or {}).get("status", {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return (
+                condition["type"]
+                if condition["type"] == "Complete"
+                else f"Failed:{condition.get('reason', '')}"
+            )
+    return ""
+
+
+def _sync_running(
+    job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
+) -> None:
+    before = job.state
+    if k8s is None:
+        _deleted_outside(job, pods, now=now, report=report)
+        return
+    outcome = _finished(k8s)
+    finished = [p.container.finished_at for p in pods if p.container.finished_at]
+    completion = parse_time((k8s.get("status") or {}).get("completionTime"))
+    end = completion or (max(finished) if finished else now)
+    if outcome == "Complete":
+        if job_transition(
+            job,
+            to=JobState.SUCCEEDED,
+            kind="succeeded",
+            now=now,
+            message="all pods completed",
+            finished_at=end,
+            exit_code=0,
+        ):
+            report.transitions[f"{before}→succeeded"] += 1
+        return
+    if outcome.startswith("Failed"):
+        cluster_reason = outcome.split(":", 1)[1]
+        bad = next((p for p in pods if p.container.exit_code not in (None, 0)), None)
+        if cluster_reason == "DeadlineExceeded":
+            reason = "TimedOut"
+            message = f"ran past its runtime limit of {job.runtime_limit}"
+        elif bad is not None and bad.container.reason == "OOMKilled":
+            reason = "OOMKilled"
+            message = f"pod {bad.name} ran out of memory (exit code {bad.container.exit_code})"
+        elif bad is not None:
+            reason = bad.container.reason or "Error"
+            message = f"pod {bad.name} exited with code {bad.container.exit_code}"
+        else:
+            reason = cluster_reason or "Failed"
+            message = f"the cluster marked the Job failed ({cluster_reason})"
+        if job_transition(
+            job,
+            to=JobState.FAILED,
+            kind="failed",
+            now=now,
+            message=message,
+            failure_reason=reason,
+            exit_code=bad.container.exit_code if bad else None,
+            finished_at=max(finished) if finished else now,
+        ):
+            report.transitions[f"{before}→failed"] += 1
+        return
+    overdue = job.started_at is not None and now > job.started_at + job.runtime_limit
+    if (
+        job.state == JobState.RUNNING
+        and overdue
+        and job_transition(
+            job,
+            to=JobState.FAILED,
+            kind="failed",
+            now=now,
+            message=f"ran past its runtime limit of {job.runtime_limit}",
+            failure_reason="TimedOut",
+            finished_at=now,
+            terminating=True,
+        )
+    ):
+        report.transitions["running→failed"] += 1
+
+
+def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport) -> None:
+    if job_transition(
+        job,
+        to=JobState.FAILED,
+        kind="failed",
+        now=now,
+        message="its Kubernetes Job was deleted outside the portal",
+        failure_reason="deleted outside the portal",
+        finished_at=now,
+        terminating=bool(pods),
+    ):
+        report.transitions["deleted outside"] += 1
+
+
+# --- Usage intervals -----------------------------------------------------------------------------
+
+
+def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
+    """Open an interval for every portal pod that started, close it when the pod ends or goes."""
+    pods = {p.uid: p for p in view.pods if p.job_id is not None}
+    started = [p for p in pods.values() if p.node and p.devices and p.container.started_at]
+    jobs = Job.objects.select_related("team", "gpu_class").in_bulk({p.job_id for p in started})
+    replicas = dict(Node.objects.values_list("name", "time_slice_replicas"))
+    opened = [
+        UsageInterval(
+            job=jobs[p.job_id],
+            pod_uid=p.uid,
+            pod_name=p.name,
+            team=jobs[p.job_id].team,
+            cost_center=jobs[p.job_id].team.cost_center,
+            gpu_class=jobs[p.job_id].gpu_class,
+            node=p.node,
+            devices=sum(p.devices.values()),
+            share_numerator=share.numerator,
+            share_denominator=share.denominator,
+            started_at=p.container.started_at,
+            grace_seconds=p.grace_seconds,
+        )
+        for p in started
+        if p.job_id in jobs and jobs[p.job_id].gpu_class is not None
+        for share in [_share(p, jobs[p.job_id], replicas.get(p.node, 1))]
+    ]
+    before = UsageInterval.objects.count()
+    UsageInterval.objects.bulk_create(opened, ignore_conflicts=True)
+    report.intervals_opened += UsageInterval.objects.count() - before
+
+    for interval in UsageInterval.objects.filter(ended_at__isnull=True):
+        pod = pods.get(interval.pod_uid)
+        if pod is not None and pod.container.finished_at:
+            end, estimated = pod.container.finished_at, False
+        elif pod is not None and pod.phase in ("Succeeded", "Failed"):
+            end, estimated = now, True
+        elif pod is not None:
+            if pod.terminating and interval.pod_deleted_at is None:
+                UsageInterval.objects.filter(pk=interval.pk, pod_deleted_at__isnull=True).update(
+                    pod_deleted_at=pod.deleted_at or now, grace_seconds=pod.grace_seconds
+                )
+            continue
+        elif interval.pod_deleted_at is not None:
+            end = min(now, interval.pod_deleted_at + timedelta(seconds=interval.grace_seconds))
+            estimated = True
+        else:
+            end, estimated = now, True  # first seen gone
+        closed = UsageInterval.objects.filter(pk=interval.pk, ended_at__isnull=True).update(
+            ended_at=max(end, interval.started_at), end_estimated=estimated
+        )
+        report.intervals_closed += closed
+
+
+def _share(pod: PodFacts, job: Job, replicas: int) -> Fraction:
+    if (
+        job.mig_profile
+        and job.gpu_class is not None
+        and job.mig_profile in job.gpu_class.mig_profiles
+    ):
+        return job.gpu_class.mig_share(job.mig_profile)
+    return Fraction(1, replicas)
+
+
+# --- Storing the plan ----------------------------------------------------------------------------
+
+
+def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
+    """Store every pending job's reasons, estimated start and position (changed rows only)."""
+    statuses = {s.job_id: s for s in plan.pending}
+    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING).only(
+        "id",
+        "pending_reasons",
+        "estimated_start",
+        "estimated_start_note",
+        "position",
+        "queue_length",
+    )
+    changed = []
+    for job in current:
+        status = statuses[job.pk]
+        reasons = [r.to_dict() for r in status.reasons]
+        estimate = status.estimated_start
+        note = estimate.why_unknown
+        if estimate.range_low and estimate.range_high:
+            low, high = estimate.range_low.isoformat(), estimate.range_high.isoformat()
+            note = f"from recent waits: {low} – {high}"
+        values = (reasons, estimate.at, note[:300], status.position, status.queue_length)
+        if values != (
+            job.pending_reasons,
+            job.estimated_start,
+            job.estimated_start_note,
+            job.position,
+            job.queue_length,
+        ):
+            (
+                job.pending_reasons,
+                job.estimated_start,
+                job.estimated_start_note,
+                job.position,
+                job.queue_length,
+            ) = values
+            changed.append(job)
+    Job.objects.bulk_update(
+        changed,
+        ["pending_reasons", "estimated_start", "estimated_start_note", "position", "queue_length"],
+        batch_size=500,
+    )
+    for job_id, reasons in plan.admitted_reasons:
+        Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
+            pending_reasons=[r.to_dict() for r in reasons]
+        )
+
+
+def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None:
+    """Admissions and preemptions become state changes; reasons are stored for the rest."""
+    jobs = Job.objects.in_bulk(
+        [a.job_id for a in plan.admissions] + [p.job_id for p in plan.preemptions]
+    )
+    classes = {g.name: g for g in GpuClass.objects.all()}
+    for admission in plan.admissions:
+        job = jobs.get(admission.job_id)
+        if job is None or job.state != JobState.PENDING:
+            continue
+        if job_transition(
+            job,
+            to=JobState.ADMITTED,
+            kind="admitted",
+            now=now,
+            message=f"admitted on {admission.gpu_class} ({admission.capacity.value}) on "
+            f"{', '.join(sorted(set(admission.nodes)))}",
+            details=admission.to_dict(),
+            gpu_class=classes[admission.gpu_class],
+            nodes=list(admission.nodes),
+            capacity_kind=admission.capacity.value,
+            reservation_id=admission.reservation_id,
+            admitted_at=now,
+            pending_reasons=[],
+            position=None,
+            queue_length=None,
+            estimated_start=None,
+            estimated_start_note="",
+            mig_profile=_mig_profile(job),
+        ):
+            report.admitted.append(job.pk)
+    for preemption in plan.preemptions:
+        job = jobs.get(preemption.job_id)
+        if job is None or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+            continue
+        if job_transition(
+            job,
+            to=JobState.PREEMPTED,
+            kind="preempted",
+            now=now,
+            message=f"{preemption.reason}; {int(preemption.grace_period.total_seconds())} s to "
+            f"wind down, about {int(preemption.lost_work.total_seconds() // 60)} min of work lost "
+            "since its last checkpoint",
+            details=preemption.to_dict(),
+            terminating=True,
+        ):
+            report.preempted.append(job.pk)
+    plan_store_reasons(plan, now=now)
+
+
+def _mig_profile(job: Job) -> str:
+    return job.mig_profile or job.capability_class.mig_profile
+
+
+# --- Acting on the cluster -----------------------------------------------------------------------
+
+
+def cluster_apply(
+    cluster: Cluster, view: ClusterView, *, now: datetime, report: CycleReport
+) -> None:
+    """Create the Jobs of admitted jobs, delete those of jobs that are ending."""
+    namespaces: set[str] = set()
+    to_create = (
+        Job.objects.filter(state=JobState.ADMITTED, k8s_job_name="")
+        .select_related("team", "queue", "gpu_class")
+        .order_by("id")
+    )
+    for job in to_create:
+        manifest = job_manifest(launch_spec(job))
+        try:
+            if job.team.namespace not in namespaces:
+                cluster.ensure_namespace(job.team.namespace)
+                namespaces.add(job.team.namespace)
+            created = cluster.create_job(manifest)
+        except ClusterRejected as exc:
+            _create_refused(job, exc, now=now, report=report)
+            continue
+        report.jobs_created += int(created)
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED, k8s_job_name="").update(
+            k8s_job_name=manifest["metadata"]["name"]
+        )
+    ending = Job.objects.filter(state__in=TERMINATING_STATES, terminating=True).select_related(
+        "team"
+    )
+    for job in ending:
+        if job.pk in view.jobs:
+            report.jobs_deleted += int(cluster.delete_job(job.team.namespace, job_name(job.pk)))
+
+
+def launch_spec(job: Job) -> LaunchSpec:
+    grace = (
+        job.queue.grace_period if job.queue.preemption_class == PreemptionClass.GRACEFUL else None
+    )
+    return LaunchSpec(
+        job_id=job.pk,
+        namespace=job.team.namespace,
+        team=job.team.name,
+        queue=job.queue.name,
+        image=job.image,
+        command=list(job.command),
+        args=list(job.args),
+        env={str(k): str(v) for k, v in job.env.items()},
+        nodes=list(job.nodes),
+        devices_per_pod=job.gpus_per_pod,
+        mig_profile=job.mig_profile,
+        cpu_millicores=job.cpu_millicores_per_pod,
+        memory_mib=job.memory_mib_per_pod,
+        runtime_limit=job.runtime_limit,
+        grace_period=grace or timedelta(seconds=30),
+        job_token=job_token(job.pk),
+        extra_pod_annotations=_sim_annotations(job),
+    )
+
+
+def _sim_annotations(job: Job) -> dict[str, str]:
+    """Simulation-only annotations a job may carry in its environment (demo and tests)."""
+    duration = job.env.get("SIM_DURATION_SECONDS")
+    return {"sim.gpuportal.io/duration-seconds": str(duration)} if duration else {}
+
+
+def _create_refused(job: Job, exc: ClusterRejected, *, now: datetime, report: CycleReport) -> None:
+    refusals = job.cluster_failures + 1
+    if refusals < MAX_CREATE_REFUSALS:
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(cluster_failures=refusals)
+        JobEvent.objects.create(
+            job_id=job.pk,
+            at=now,
+            kind="cluster refused",
+            message=f"the cluster refused the Job ({exc.status}): {exc.message}; will retry",
+        )
+        return
+    if job_transition(
+        job,
+        to=JobState.FAILED,
+        kind="failed",
+        now=now,
+        message=f"the cluster refused the Job {refusals} times: {exc.message}",
+        failure_reason=f"cluster refused: {exc.message}"[:300],
+        cluster_failures=refusals,
+        finished_at=now,
+    ):
+        report.transitions["admitted→failed"] += 1
