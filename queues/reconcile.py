@@ -338,8 +338,8 @@ def jobs_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
 def _sync_terminating(
     job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
 ) -> None:
-    if pods:
-        return  # its GPUs are held until the pods are gone
+    if pods or k8s is not None:
+        return  # its GPUs are held until the Job and its pods are gone
     if job.state == JobState.PREEMPTED:
         if job_transition(
             job,

@@ -16,9 +16,13 @@ from django.utils import timezone
 
 from chargeback.models import RateCard, RateCardWeight
 from queues.models import (
+    ACTIVE_JOB_STATES,
     CapabilityClass,
     FairShareSettings,
     GpuClass,
+    Job,
+    JobEvent,
+    JobState,
     Lease,
     Node,
     Queue,
@@ -406,3 +410,38 @@ def lease_acquire(*, name: str, holder: str, ttl: timedelta) -> bool:
 def lease_release(*, name: str, holder: str) -> None:
     """Give the lease back early (only if ``holder`` still holds it)."""
     Lease.objects.filter(name=name, holder=holder).update(expires_at=timezone.now())
+
+
+# --- Jobs ----------------------------------------------------------------------------------------
+
+
+class JobNotCancellable(Exception):
+    """The job already finished (or was cancelled)."""
+
+
+def job_cancel(*, job: Job, by: Any) -> Job:
+    """Cancel a pending, admitted, running or preempted job. One that holds or held pods shows
+    ``terminating`` until the reconcile has deleted its Kubernetes Job and the pods are gone."""
+    now = timezone.now()
+    holds_pods = job.state in (JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
+    with transaction.atomic():
+        cancelled = Job.objects.filter(
+            pk=job.pk, state=job.state, state__in=ACTIVE_JOB_STATES
+        ).update(
+            state=JobState.CANCELLED,
+            terminating=holds_pods,
+            finished_at=now,
+            pending_reasons=[],
+            position=None,
+            estimated_start=None,
+        )
+        if not cancelled:
+            raise JobNotCancellable(f"job {job.pk} is {job.state}")
+        JobEvent.objects.create(
+            job_id=job.pk, at=now, kind="cancelled", message=f"cancelled by {by.get_username()}"
+        )
+    from queues.tasks import request_reconcile
+
+    request_reconcile()
+    job.refresh_from_db()
+    return job
