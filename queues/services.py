@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -445,3 +446,140 @@ def job_cancel(*, job: Job, by: Any) -> Job:
     request_reconcile()
     job.refresh_from_db()
     return job
+
+
+class JobRejected(Exception):
+    """The submission breaks the queue's terms; ``errors`` maps each field to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def job_submit(
+    *,
+    owner: Any,
+    team: Team,
+    queue: Queue,
+    capability_class: CapabilityClass,
+    image: str,
+    command: list[str],
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    pods: int = 1,
+    gpus_per_pod: int = 1,
+    runtime_limit: timedelta | None = None,
+    priority: int | None = None,
+    checkpoint_interval: timedelta | None = None,
+    declared_gpu_memory_gb: int | None = None,
+    cpu_millicores_per_pod: int = 1000,
+    memory_mib_per_pod: int = 4096,
+    name: str = "",
+) -> Job:
+    """Accept a job into ``queue`` if it keeps the queue's terms; the job is committed before
+    anything else happens, then a reconcile is requested. Raises ``JobRejected`` naming every
+    field that breaks a term; nothing is stored then."""
+    errors: dict[str, list[str]] = {}
+
+    def refuse(field_name: str, message: str) -> None:
+        errors.setdefault(field_name, []).append(message)
+
+    if not team.members.filter(pk=owner.pk).exists():
+        refuse("team", f"you are not a member of team {team.name}")
+    if not queue.active or not queue.teams.filter(pk=team.pk).exists():
+        refuse("queue", f"team {team.name} may not submit to queue {queue.name}")
+    if not queue.allowed_capability_classes.filter(pk=capability_class.pk).exists():
+        allowed = ", ".join(queue.allowed_capability_classes.values_list("name", flat=True))
+        refuse(
+            "capability_class",
+            f"queue {queue.name} does not allow capability class {capability_class.name} "
+            f"(allowed: {allowed})",
+        )
+    runtime = runtime_limit or queue.default_runtime
+    if runtime > queue.max_runtime:
+        refuse(
+            "runtime_limit",
+            f"{format_duration(runtime)} is over queue {queue.name}'s maximum of "
+            f"{format_duration(queue.max_runtime)}",
+        )
+    if pods < 1 or gpus_per_pod < 1:
+        refuse("pods" if pods < 1 else "gpus_per_pod", "must be at least 1")
+    share = (
+        capability_class_share(capability_class, queue)
+        if not errors.get("capability_class")
+        else Fraction(1)
+    )
+    gpu_eq = pods * gpus_per_pod * share
+    if gpu_eq > Fraction(str(queue.max_gpus_per_job)):
+        refuse(
+            "gpus_per_pod",
+            f"{pods} pod(s) × {gpus_per_pod} = {_fraction_text(gpu_eq)} GPU-equivalents is over "
+            f"queue {queue.name}'s maximum of "
+            f"{display(queue.max_gpus_per_job)} per job",
+        )
+    job_priority = queue.default_job_priority if priority is None else priority
+    if not queue.min_job_priority <= job_priority <= queue.max_job_priority:
+        refuse(
+            "priority",
+            f"must be from {queue.min_job_priority} to {queue.max_job_priority} "
+            f"in queue {queue.name}",
+        )
+    if queue.may_preempt and checkpoint_interval is None:
+        checkpoint_interval = queue.checkpoint_interval
+    if queue.sharing_mode == "time-sliced" and declared_gpu_memory_gb is None:
+        refuse(
+            "declared_gpu_memory_gb",
+            "time-sliced GPUs share their memory: declare how much your job uses",
+        )
+    if not image.strip():
+        refuse("image", "required")
+    if errors:
+        raise JobRejected(errors)
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.create(
+            owner=owner,
+            team=team,
+            queue=queue,
+            capability_class=capability_class,
+            name=name,
+            pods=pods,
+            gpus_per_pod=gpus_per_pod,
+            mig_profile=capability_class.mig_profile,
+            image=image.strip(),
+            command=list(command),
+            args=list(args or []),
+            env=dict(env or {}),
+            runtime_limit=runtime,
+            checkpoint_interval=checkpoint_interval,
+            priority=job_priority,
+            declared_gpu_memory_gb=declared_gpu_memory_gb,
+            cpu_millicores_per_pod=cpu_millicores_per_pod,
+            memory_mib_per_pod=memory_mib_per_pod,
+            submitted_at=now,
+        )
+        JobEvent.objects.create(
+            job=job, at=now, kind="submitted", message=f"submitted to queue {queue.name}"
+        )
+        from queues.tasks import request_reconcile
+
+        request_reconcile()
+    return job
+
+
+def _fraction_text(value: Fraction) -> str:
+    return display(
+        (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.001"))
+    )
+
+
+def capability_class_share(capability_class: CapabilityClass, queue: Queue) -> Fraction:
+    """GPU-equivalents of one device of this request in this queue: a MIG slice its share on the
+    cheapest allowed class that offers it; a whole GPU 1 (a time-slice replica is counted by the
+    engine per node)."""
+    if not capability_class.mig_profile:
+        return Fraction(1)
+    for gpu_class in queue.allowed_gpu_classes.order_by("tier", "name"):
+        if capability_class.mig_profile in gpu_class.mig_profiles:
+            return gpu_class.mig_share(capability_class.mig_profile)
+    return Fraction(1)

@@ -1,0 +1,100 @@
+"""job_submit keeps the queue's terms and names every field it refuses."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from queues.models import CapabilityClass, Job, JobState, Queue, Team
+from queues.services import JobRejected, job_submit
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(user, team="vision", queue="batch", capability="any-gpu", **fields):
+    defaults = dict(image="registry.example/train:1", command=["python", "train.py"])
+    defaults.update(fields)
+    return job_submit(
+        owner=user,
+        team=Team.objects.get(name=team),
+        queue=Queue.objects.get(name=queue),
+        capability_class=CapabilityClass.objects.get(name=capability),
+        **defaults,
+    )
+
+
+def refused(user, **kwargs) -> dict[str, list[str]]:
+    with pytest.raises(JobRejected) as excinfo:
+        submit(user, **kwargs)
+    assert Job.objects.count() == 0
+    return excinfo.value.errors
+
+
+def test_an_accepted_job_is_stored_pending_and_asks_for_a_reconcile(
+    mia, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks() as callbacks:
+        job = submit(mia, pods=2, gpus_per_pod=4, runtime_limit=timedelta(hours=6))
+
+    assert job.state == JobState.PENDING
+    assert (job.pods, job.gpus_per_pod, job.runtime_limit) == (2, 4, timedelta(hours=6))
+    assert job.priority == 5  # batch's default
+    assert job.checkpoint_interval == timedelta(minutes=30)  # batch requires one
+    assert [e.kind for e in job.events.all()] == ["submitted"]
+    assert len(callbacks) == 1
+
+
+def test_the_queues_default_runtime_applies_when_none_is_given(mia):
+    assert submit(mia).runtime_limit == timedelta(hours=12)
+
+
+def test_a_runtime_over_the_queues_maximum(mia):
+    assert refused(mia, runtime_limit=timedelta(days=4)) == {
+        "runtime_limit": ["4d is over queue batch's maximum of 3d"]
+    }
+
+
+def test_more_gpus_than_the_per_job_maximum(mia):
+    assert refused(mia, pods=3, gpus_per_pod=4) == {
+        "gpus_per_pod": [
+            "3 pod(s) × 4 = 12 GPU-equivalents is over queue batch's maximum of 8 per job"
+        ]
+    }
+
+
+def test_a_capability_class_the_queue_does_not_allow(mia):
+    assert refused(mia, queue="training", capability="any-gpu") == {
+        "capability_class": [
+            "queue training does not allow capability class any-gpu "
+            "(allowed: bf16-large, fp8, multi-node-rdma)"
+        ]
+    }
+
+
+def test_a_team_that_may_not_use_the_queue(mia):
+    assert refused(mia, queue="inference", capability="inference-16gb") == {
+        "queue": ["team vision may not submit to queue inference"]
+    }
+
+
+def test_a_team_the_user_is_not_in(mia):
+    assert refused(mia, team="speech") == {"team": ["you are not a member of team speech"]}
+
+
+def test_a_priority_outside_the_queues_bounds(mia):
+    assert refused(mia, priority=11) == {"priority": ["must be from 0 to 10 in queue batch"]}
+
+
+def test_a_time_sliced_job_must_declare_its_gpu_memory(mia):
+    assert refused(mia, queue="interactive") == {
+        "declared_gpu_memory_gb": [
+            "time-sliced GPUs share their memory: declare how much your job uses"
+        ]
+    }
+
+
+def test_a_mig_job_counts_its_slices_share(mia):
+    job = submit(mia, queue="interactive-mig", capability="mig-1g.10gb")
+
+    assert job.mig_profile == "1g.10gb"
