@@ -164,4 +164,4 @@ class LeaseAdmin(admin.ModelAdmin):
 
 @admin.register(ClusterStatus)
 class ClusterStatusAdmin(admin.ModelAdmin):
-    list_display = ["reachable", "unreachable_since", "last_success_at"]
+    list_display = ["reachable", "unreachable_since", "last_success_at", "unknown_jobs"]

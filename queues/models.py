@@ -589,6 +589,12 @@ class ClusterStatus(models.Model):
     last_error = models.TextField(blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
     resource_versions = models.JSONField(default=dict, blank=True)
+    unknown_jobs = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Kubernetes Jobs with the portal's labels but no job in the database "
+        "(namespace/name); reported, never deleted automatically.",
+    )
 
     class Meta:
         verbose_name_plural = "cluster status"

@@ -158,6 +158,7 @@ def reconcile_cycle(
             plan_store_reasons(plan, now=now)
             return report
         nodes_sync(view, now=now)
+        unknown = unknown_jobs(view)
         jobs_sync(view, now=now, report=report)
         usage_sync(view, now=now, report=report)
         plan = engine.plan(snapshot_build(now=now))
@@ -168,7 +169,7 @@ def reconcile_cycle(
             cluster_unreachable(str(exc), now=now)
             report.unreachable = str(exc)
             return report
-        cluster_reachable(now=now)
+        cluster_reachable(now=now, unknown=unknown)
         return report
     finally:
         report.api_calls = cluster.calls - calls_before
@@ -187,7 +188,7 @@ def cluster_unreachable(error: str, *, now: datetime) -> datetime:
     return since
 
 
-def cluster_reachable(*, now: datetime) -> None:
+def cluster_reachable(*, now: datetime, unknown: list[str]) -> None:
     ClusterStatus.objects.update_or_create(
         pk=1,
         defaults={
@@ -195,8 +196,23 @@ def cluster_reachable(*, now: datetime) -> None:
             "unreachable_since": None,
             "last_error": "",
             "last_success_at": now,
+            "unknown_jobs": unknown,
         },
     )
+
+
+def unknown_jobs(view: ClusterView) -> list[str]:
+    """Jobs that carry the portal's labels but match no job in the database: reported (log and
+    admin), never deleted automatically, since something the portal does not know made them."""
+    known = set(Job.objects.filter(pk__in=list(view.jobs)).values_list("pk", flat=True))
+    unknown = sorted(
+        f"{raw['metadata'].get('namespace', '')}/{raw['metadata'].get('name', '')}"
+        for job_id, raw in view.jobs.items()
+        if job_id not in known
+    )
+    for name in unknown:
+        logger.warning("Job %s has the portal's labels but no job in the database", name)
+    return unknown
 
 
 # --- Nodes ---------------------------------------------------------------------------------------
