@@ -17,14 +17,14 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-# The whole product on the embedded default: SQLite and a server-less broker under var/.
+# The whole product on the embedded default: SQLite, a server-less broker under var/, the
+# simulated cluster (a demo hour passes in a minute), a Celery worker with beat, the web server.
 demo: export DEBUG ?= true
 demo: $(STAMP)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py apply_policy examples/policy.yaml
-	$(PY) manage.py seed_demo
-	@echo "GPU Portal on http://$(HOST):$(PORT)/  (Ctrl-C stops it)"
-	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
+	$(PY) manage.py seed_demo --jobs
+	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

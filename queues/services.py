@@ -456,35 +456,54 @@ class JobRejected(Exception):
         self.errors = errors
 
 
-def job_submit(
-    *,
-    owner: Any,
-    team: Team,
-    queue: Queue,
-    capability_class: CapabilityClass,
-    image: str,
-    command: list[str],
-    args: list[str] | None = None,
-    env: dict[str, str] | None = None,
-    pods: int = 1,
-    gpus_per_pod: int = 1,
-    runtime_limit: timedelta | None = None,
-    priority: int | None = None,
-    checkpoint_interval: timedelta | None = None,
-    declared_gpu_memory_gb: int | None = None,
-    cpu_millicores_per_pod: int = 1000,
-    memory_mib_per_pod: int = 4096,
-    name: str = "",
-) -> Job:
-    """Accept a job into ``queue`` if it keeps the queue's terms; the job is committed before
-    anything else happens, then a reconcile is requested. Raises ``JobRejected`` naming every
-    field that breaks a term; nothing is stored then."""
+@dataclass(frozen=True)
+class JobRequest:
+    """A submission as the form or the API gives it, before it is accepted."""
+
+    owner: Any
+    team: Team
+    queue: Queue
+    capability_class: CapabilityClass
+    image: str
+    command: list[str]
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    pods: int = 1
+    gpus_per_pod: int = 1
+    runtime_limit: timedelta | None = None
+    priority: int | None = None
+    checkpoint_interval: timedelta | None = None
+    declared_gpu_memory_gb: int | None = None
+    cpu_millicores_per_pod: int = 1000
+    memory_mib_per_pod: int = 4096
+    name: str = ""
+
+    @property
+    def runtime(self) -> timedelta:
+        return self.runtime_limit or self.queue.default_runtime
+
+    @property
+    def job_priority(self) -> int:
+        return self.queue.default_job_priority if self.priority is None else self.priority
+
+    @property
+    def gpu_equivalents(self) -> Fraction:
+        return (
+            self.pods
+            * self.gpus_per_pod
+            * capability_class_share(self.capability_class, self.queue)
+        )
+
+
+def job_request_errors(request: JobRequest) -> dict[str, list[str]]:
+    """Every way ``request`` breaks its queue's terms, by field (empty: it keeps them)."""
     errors: dict[str, list[str]] = {}
+    team, queue, capability_class = request.team, request.queue, request.capability_class
 
     def refuse(field_name: str, message: str) -> None:
         errors.setdefault(field_name, []).append(message)
 
-    if not team.members.filter(pk=owner.pk).exists():
+    if not team.members.filter(pk=request.owner.pk).exists():
         refuse("team", f"you are not a member of team {team.name}")
     if not queue.active or not queue.teams.filter(pk=team.pk).exists():
         refuse("queue", f"team {team.name} may not submit to queue {queue.name}")
@@ -495,67 +514,77 @@ def job_submit(
             f"queue {queue.name} does not allow capability class {capability_class.name} "
             f"(allowed: {allowed})",
         )
-    runtime = runtime_limit or queue.default_runtime
-    if runtime > queue.max_runtime:
+    if capability_class.mig_profile and queue.sharing_mode != "mig":
+        refuse(
+            "capability_class",
+            f"{capability_class.name} asks for a MIG slice, but queue {queue.name} hands out "
+            f"{queue.get_sharing_mode_display()}",
+        )
+    if request.runtime > queue.max_runtime:
         refuse(
             "runtime_limit",
-            f"{format_duration(runtime)} is over queue {queue.name}'s maximum of "
+            f"{format_duration(request.runtime)} is over queue {queue.name}'s maximum of "
             f"{format_duration(queue.max_runtime)}",
         )
-    if pods < 1 or gpus_per_pod < 1:
-        refuse("pods" if pods < 1 else "gpus_per_pod", "must be at least 1")
-    share = (
-        capability_class_share(capability_class, queue)
-        if not errors.get("capability_class")
-        else Fraction(1)
-    )
-    gpu_eq = pods * gpus_per_pod * share
-    if gpu_eq > Fraction(str(queue.max_gpus_per_job)):
+    if request.pods < 1:
+        refuse("pods", "must be at least 1")
+    if request.gpus_per_pod < 1:
+        refuse("gpus_per_pod", "must be at least 1")
+    if request.gpu_equivalents > Fraction(str(queue.max_gpus_per_job)):
         refuse(
             "gpus_per_pod",
-            f"{pods} pod(s) × {gpus_per_pod} = {_fraction_text(gpu_eq)} GPU-equivalents is over "
-            f"queue {queue.name}'s maximum of "
-            f"{display(queue.max_gpus_per_job)} per job",
+            f"{request.pods} pod(s) × {request.gpus_per_pod} = "
+            f"{_fraction_text(request.gpu_equivalents)} GPU-equivalents is over "
+            f"queue {queue.name}'s maximum of {display(queue.max_gpus_per_job)} per job",
         )
-    job_priority = queue.default_job_priority if priority is None else priority
-    if not queue.min_job_priority <= job_priority <= queue.max_job_priority:
+    if not queue.min_job_priority <= request.job_priority <= queue.max_job_priority:
         refuse(
             "priority",
             f"must be from {queue.min_job_priority} to {queue.max_job_priority} "
             f"in queue {queue.name}",
         )
-    if queue.may_preempt and checkpoint_interval is None:
-        checkpoint_interval = queue.checkpoint_interval
-    if queue.sharing_mode == "time-sliced" and declared_gpu_memory_gb is None:
+    if queue.sharing_mode == "time-sliced" and request.declared_gpu_memory_gb is None:
         refuse(
             "declared_gpu_memory_gb",
             "time-sliced GPUs share their memory: declare how much your job uses",
         )
-    if not image.strip():
+    if not request.image.strip():
         refuse("image", "required")
+    return errors
+
+
+def job_submit(*, request: JobRequest) -> Job:
+    """Accept a job if it keeps its queue's terms; the job is committed before anything else
+    happens, then a reconcile is requested. Raises ``JobRejected`` naming every field that
+    breaks a term; nothing is stored then."""
+    errors = job_request_errors(request)
     if errors:
         raise JobRejected(errors)
+    queue = request.queue
+    checkpoint = request.checkpoint_interval
+    if queue.may_preempt and checkpoint is None:
+        checkpoint = queue.checkpoint_interval
     now = timezone.now()
     with transaction.atomic():
         job = Job.objects.create(
-            owner=owner,
-            team=team,
+            owner=request.owner,
+            team=request.team,
             queue=queue,
-            capability_class=capability_class,
-            name=name,
-            pods=pods,
-            gpus_per_pod=gpus_per_pod,
-            mig_profile=capability_class.mig_profile,
-            image=image.strip(),
-            command=list(command),
-            args=list(args or []),
-            env=dict(env or {}),
-            runtime_limit=runtime,
-            checkpoint_interval=checkpoint_interval,
-            priority=job_priority,
-            declared_gpu_memory_gb=declared_gpu_memory_gb,
-            cpu_millicores_per_pod=cpu_millicores_per_pod,
-            memory_mib_per_pod=memory_mib_per_pod,
+            capability_class=request.capability_class,
+            name=request.name,
+            pods=request.pods,
+            gpus_per_pod=request.gpus_per_pod,
+            mig_profile=request.capability_class.mig_profile,
+            image=request.image.strip(),
+            command=list(request.command),
+            args=list(request.args),
+            env=dict(request.env),
+            runtime_limit=request.runtime,
+            checkpoint_interval=checkpoint,
+            priority=request.job_priority,
+            declared_gpu_memory_gb=request.declared_gpu_memory_gb,
+            cpu_millicores_per_pod=request.cpu_millicores_per_pod,
+            memory_mib_per_pod=request.memory_mib_per_pod,
             submitted_at=now,
         )
         JobEvent.objects.create(

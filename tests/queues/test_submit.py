@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
-from queues.services import JobRejected, job_submit
+from queues.services import JobRejected, JobRequest, job_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -16,11 +16,13 @@ def submit(user, team="vision", queue="batch", capability="any-gpu", **fields):
     defaults = dict(image="registry.example/train:1", command=["python", "train.py"])
     defaults.update(fields)
     return job_submit(
-        owner=user,
-        team=Team.objects.get(name=team),
-        queue=Queue.objects.get(name=queue),
-        capability_class=CapabilityClass.objects.get(name=capability),
-        **defaults,
+        request=JobRequest(
+            owner=user,
+            team=Team.objects.get(name=team),
+            queue=Queue.objects.get(name=queue),
+            capability_class=CapabilityClass.objects.get(name=capability),
+            **defaults,
+        )
     )
 
 
@@ -98,3 +100,17 @@ def test_a_mig_job_counts_its_slices_share(mia):
     job = submit(mia, queue="interactive-mig", capability="mig-1g.10gb")
 
     assert job.mig_profile == "1g.10gb"
+
+
+def test_a_mig_capability_class_on_a_queue_that_does_not_hand_out_slices(mia):
+    from queues.models import CapabilityClass as Cap
+
+    Queue.objects.get(name="batch").allowed_capability_classes.add(
+        Cap.objects.get(name="mig-1g.10gb")
+    )
+
+    assert refused(mia, capability="mig-1g.10gb") == {
+        "capability_class": [
+            "mig-1g.10gb asks for a MIG slice, but queue batch hands out exclusive GPUs"
+        ]
+    }

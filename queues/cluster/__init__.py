@@ -1,0 +1,1 @@
+"""The cluster side of GPU Portal: the Kubernetes adapter and the simulated cluster (``sim/``)."""

@@ -1,0 +1,101 @@
+"""``manage.py rundemo``: the whole product on one machine until Ctrl-C.
+
+Starts the simulated cluster, a Celery worker with beat (which reconciles every few seconds)
+and the web server; stops all of them on Ctrl-C or when one of them dies.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Run the simulated cluster, a Celery worker with beat and the web server together."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--addr", default="127.0.0.1:8000", help="web server address")
+        parser.add_argument("--nodes", default="examples/cluster.yaml", help="cluster file")
+        parser.add_argument("--speed", type=float, default=60.0, help="simulated s per real s")
+        parser.add_argument("--sim-port", type=int, default=0, help="simulated cluster port")
+
+    def handle(
+        self, *args: Any, addr: str, nodes: str, speed: float, sim_port: int, **options: Any
+    ) -> None:
+        python = sys.executable
+        kubeconfig = Path(settings.CLUSTER_KUBECONFIG)
+        kubeconfig.unlink(missing_ok=True)
+        processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+        def start(name: str, command: list[str]) -> None:
+            processes.append((name, subprocess.Popen(command)))
+
+        start(
+            "simulated cluster",
+            [
+                python,
+                "manage.py",
+                "simcluster",
+                "--nodes",
+                nodes,
+                "--speed",
+                str(speed),
+                "--port",
+                str(sim_port),
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
+        )
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            if time.monotonic() > deadline or processes[0][1].poll() is not None:
+                self._stop(processes)
+                raise SystemExit("the simulated cluster did not start")
+            time.sleep(0.2)
+        start(
+            "worker",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "--beat",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
+            ],
+        )
+        start("web", [python, "manage.py", "runserver", "--noreload", addr])
+        self.stdout.write(f"GPU Portal on http://{addr}/ — Ctrl-C stops everything")
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            while all(p.poll() is None for _, p in processes):
+                time.sleep(0.5)
+            dead = next(name for name, p in processes if p.poll() is not None)
+            self.stderr.write(f"{dead} stopped; stopping the rest")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._stop(processes)
+
+    def _stop(self, processes: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
+        for _, process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for _, process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()

@@ -1,0 +1,96 @@
+"""The server around the cluster: kubeconfig, ports, the command, the ticker, no Django."""
+
+from __future__ import annotations
+
+import io
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from django.core.management import call_command
+from kubernetes import client, config
+
+from queues.cluster.sim import SimCluster, SimServer, WallClock
+from queues.cluster.sim import run as run_module
+from tests.queues.cluster.sim.manifests import gpu_job
+from tests.simcluster import EXAMPLE_CLUSTER
+
+
+def test_the_kubeconfig_loads_with_the_official_client(sim_cluster):
+    configuration = client.Configuration()
+    config.load_kube_config(
+        config_file=str(sim_cluster.kubeconfig), client_configuration=configuration
+    )
+
+    assert configuration.host == sim_cluster.url
+    assert sim_cluster.kubeconfig.stat().st_mode & 0o777 == 0o600
+    with client.ApiClient(configuration) as api:
+        assert len(client.CoreV1Api(api).list_node().items) == 18
+
+
+def test_the_default_port_falls_back_to_a_free_one(tmp_path, monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(run_module, "DEFAULT_PORT", port)
+
+        server, path = run_module.start_server(
+            nodes=EXAMPLE_CLUSTER, host="127.0.0.1", port=port, speed=60, kubeconfig=tmp_path / "kc"
+        )
+    try:
+        assert server.port != port
+        assert yaml.safe_load(path.read_text())["clusters"][0]["cluster"]["server"] == server.url
+        assert server.cluster.speed == 60
+    finally:
+        server.stop()
+
+
+def test_the_command_writes_the_kubeconfig_where_settings_say(settings, tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(
+        "queues.management.commands.simcluster.run", lambda **options: seen.update(options)
+    )
+    settings.CLUSTER_KUBECONFIG = str(tmp_path / "sim" / "kubeconfig")
+
+    call_command(
+        "simcluster", "--nodes", str(EXAMPLE_CLUSTER), "--speed", "60", stdout=io.StringIO()
+    )
+
+    assert seen["kubeconfig"] == settings.CLUSTER_KUBECONFIG
+    assert (seen["port"], seen["speed"], Path(seen["nodes"])) == (6443, 60.0, EXAMPLE_CLUSTER)
+
+
+def test_the_simulation_imports_no_django():
+    code = "import sys, queues.cluster.sim; print(any(m.startswith('django') for m in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=EXAMPLE_CLUSTER.parent.parent,
+    )
+
+    assert result.stdout.strip() == "False"
+
+
+def test_the_real_servers_ticker_runs_pods_at_speed(tmp_path):
+    cluster = SimCluster.from_file(EXAMPLE_CLUSTER, clock=WallClock(), speed=600)
+    server = SimServer(cluster, tick_interval=0.02).start()
+    api = config.new_client_from_config(config_file=str(server.write_kubeconfig(tmp_path / "kc")))
+    try:
+        client.CoreV1Api(api).create_namespace({"metadata": {"name": "demo"}})
+        client.BatchV1Api(api).create_namespaced_job("demo", gpu_job("quick", duration=60))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            job = client.BatchV1Api(api).read_namespaced_job("quick", "demo")
+            if job.status.succeeded:
+                break
+            time.sleep(0.05)
+        assert job.status.succeeded == 1  # 60 simulated seconds took a tenth of a real one
+    finally:
+        api.close()
+        server.stop()

@@ -1,0 +1,433 @@
+"""The reconcile against the simulated cluster, over real HTTP with the official client."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from queues.cluster.adapter import Cluster
+from queues.models import CapabilityClass, Job, JobState, Node, Queue, Team, UsageInterval
+from queues.reconcile import reconcile_cycle
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster(sim_cluster, example_policy):
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture
+def cycle(sim_cluster, cluster):
+    def run():
+        return reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+
+    return run
+
+
+def submit(user, *, team="vision", queue="batch", capability="any-gpu", seconds=600, **fields):
+    env = fields.pop("env", {})
+    return JobFactory(
+        owner=user,
+        team=Team.objects.get(name=team),
+        queue=Queue.objects.get(name=queue),
+        capability_class=CapabilityClass.objects.get(name=capability),
+        env={"SIM_DURATION_SECONDS": str(seconds), **env},
+        **fields,
+    )
+
+
+def test_nodes_are_mirrored_as_the_cluster_labels_them(cycle):
+    cycle()
+
+    h100 = Node.objects.filter(gpu_class__name="h100-80gb")
+    assert h100.count() == 5
+    cordoned = h100.get(maintenance="cordoned")
+    assert cordoned.maintenance_reason == "NVLink replacement"
+    assert cordoned.maintenance_until is not None
+    unhealthy = Node.objects.get(healthy=False)
+    assert unhealthy.gpu_class.name == "l4"
+    assert "double-bit ECC errors on GPU 2" in unhealthy.health_reason
+    t4 = Node.objects.filter(gpu_class__name="t4").first()
+    assert (t4.gpu_count, t4.time_slice_replicas) == (4, 4)
+    mig = Node.objects.exclude(mig_layout={}).get()
+    assert mig.mig_layout == {"1g.10gb": 28, "3g.40gb": 8}
+    assert {n.network_domain for n in h100} == {"ib-a"}
+
+
+def test_a_job_lives_from_pending_to_succeeded_with_the_clusters_times(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", gpus_per_pod=2, seconds=600)
+
+    first = cycle()
+
+    job.refresh_from_db()
+    assert first.admitted == [job.pk]
+    assert job.state == JobState.ADMITTED
+    assert job.k8s_job_name == f"gpuportal-job-{job.pk}"
+    assert job.gpu_class.name == "a100-80gb"  # the cheapest class with 40 GB or more
+    sim_cluster.advance(30)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    interval = UsageInterval.objects.get(job=job)
+    assert interval.started_at == job.started_at
+    assert (interval.devices, interval.share, interval.ended_at) == (2, 1, None)
+    sim_cluster.advance(600)
+
+    cycle()
+
+    job.refresh_from_db()
+    interval.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+    assert job.exit_code == 0
+    assert interval.ended_at - interval.started_at == timedelta(seconds=600)
+    assert not interval.end_estimated
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+
+
+def test_a_job_that_runs_past_its_limit_fails_timed_out(sim_cluster, cycle, mia):
+    job = submit(mia, seconds=100_000, runtime_limit=timedelta(minutes=10))
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    sim_cluster.advance(11 * 60)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.FAILED, "TimedOut")
+    assert job.terminating  # its pods are still going
+    sim_cluster.advance(120)
+    cycle()
+    cycle()
+    job.refresh_from_db()
+    assert not job.terminating
+    assert UsageInterval.objects.get(job=job).ended_at is not None
+
+
+def test_a_waiting_job_gets_its_reasons_and_position(cycle, mia):
+    # vision may use 4 nominal + 4 borrowed A100s in training; 16 is over any quota it has.
+    job = submit(mia, queue="interactive", capability="any-gpu", gpus_per_pod=1, pods=1)
+    too_big = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+
+    cycle()
+
+    too_big.refresh_from_db()
+    assert too_big.state == JobState.PENDING
+    assert too_big.pending_reasons[0]["code"] in {"QuotaExceeded", "UserLimit"}
+    assert too_big.pending_reasons[0]["message"]
+    assert too_big.position == 1
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+
+
+def test_running_twice_changes_nothing_more(sim_cluster, cycle, mia):
+    submit(mia, capability="min-40gb")
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    jobs_before = list(Job.objects.values_list("id", "state", "started_at"))
+    intervals_before = list(UsageInterval.objects.values_list("pod_uid", "started_at", "ended_at"))
+
+    again = cycle()
+
+    assert list(Job.objects.values_list("id", "state", "started_at")) == jobs_before
+    assert (
+        list(UsageInterval.objects.values_list("pod_uid", "started_at", "ended_at"))
+        == intervals_before
+    )
+    assert again.jobs_created == 0 and again.admitted == []
+
+
+def test_gpus_held_outside_the_portal_are_mirrored(sim_cluster, cycle):
+    sim_cluster.create_foreign_pod(gpus=3, node="h100-02")
+    sim_cluster.advance(5)
+
+    cycle()
+
+    node = Node.objects.get(name="h100-02")
+    assert node.outside_devices == {"gpu": 3}
+    assert node.gpus_used_outside == Decimal(3)
+
+
+def small_cluster(*groups: dict) -> dict:
+    return {
+        "simulation": {"default_duration_seconds": 1800, "image_pull_seconds": 0},
+        "node_groups": list(groups),
+    }
+
+
+def gpu_group(name: str, product: str, count: int, nodes: list[str], **extra) -> dict:
+    return {
+        "name": name,
+        "labels": {
+            "nvidia.com/gpu.product": product,
+            "nvidia.com/gpu.count": str(count),
+            "network.gpuportal.io/domain": "ib-a",
+            "topology.kubernetes.io/rack": "rack-1",
+        },
+        "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(count)},
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "nodes": [{"name": n} for n in nodes],
+        **extra,
+    }
+
+
+@pytest.fixture
+def l4_cluster(sim_cluster_factory, example_policy):
+    """One node of 4 L4s; search holds a standing reservation of all 4; vision may only borrow."""
+    from queues.models import Quota, Reservation
+
+    Reservation.objects.filter(name="speech-inference").delete()
+    Quota.objects.filter(team__name="vision", gpu_class__name="l4").update(
+        nominal=0, borrowing_limit=4
+    )
+    sim = sim_cluster_factory(nodes=small_cluster(gpu_group("l4", "NVIDIA-L4", 4, ["l4-a"])))
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    yield sim, adapter
+    adapter.close()
+
+
+def test_a_reservation_holder_reclaims_its_gpus_from_borrowing_batch_work(l4_cluster, mia, sara):
+    sim, adapter = l4_cluster
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    batch = submit(mia, queue="batch", capability="inference-16gb", gpus_per_pod=4, seconds=100_000)
+    cycle()
+    sim.advance(10)
+    cycle()
+    batch.refresh_from_db()
+    assert (batch.state, batch.capacity_kind) == (JobState.RUNNING, "borrowed")
+
+    inference = submit(
+        sara, team="search", queue="inference", capability="inference-16gb", gpus_per_pod=4
+    )
+    first = cycle()
+
+    batch.refresh_from_db()
+    inference.refresh_from_db()
+    assert first.preempted == [batch.pk]
+    assert (batch.state, batch.terminating) == (JobState.PREEMPTED, True)
+    assert inference.state == JobState.PENDING
+    sim.advance(60)  # the batch pods get their grace period, then go
+    cycle()
+    cycle()
+
+    batch.refresh_from_db()
+    inference.refresh_from_db()
+    assert (batch.state, batch.attempts) == (JobState.PENDING, 1)
+    assert (inference.state, inference.capacity_kind) == (JobState.RUNNING, "reserved")
+    assert [e.kind for e in batch.events.all()] == ["admitted", "started", "preempted", "requeued"]
+    interval = UsageInterval.objects.get(job=batch)
+    assert interval.ended_at is not None
+
+
+def test_cancelling_a_running_job_deletes_its_kubernetes_job(sim_cluster, cycle, mia):
+    from queues.services import job_cancel
+
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    job.refresh_from_db()
+
+    job = job_cancel(job=job, by=mia)
+
+    assert (job.state, job.terminating) == (JobState.CANCELLED, True)
+    report = cycle()
+    assert report.jobs_deleted == 1
+    sim_cluster.advance(60)
+    cycle()
+    job.refresh_from_db()
+    assert not job.terminating
+    assert UsageInterval.objects.get(job=job).ended_at is not None
+
+
+def test_a_job_deleted_outside_the_portal_fails_and_its_usage_closes(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    job.refresh_from_db()
+
+    sim_cluster.delete_job_out_of_band(job.team.namespace, job.k8s_job_name)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.FAILED, "deleted outside the portal")
+    sim_cluster.advance(60)
+    cycle()
+    interval = UsageInterval.objects.get(job=job)
+    assert interval.ended_at is not None
+
+
+def test_a_refused_create_is_retried_then_fails_with_the_apis_message(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb")
+    sim_cluster.fail_requests(
+        3, status=403, method="POST", path="/jobs$", message="jobs.batch is forbidden"
+    )
+
+    cycle()
+    cycle()
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.failure_reason == "cluster refused: jobs.batch is forbidden"
+    assert [e.kind for e in job.events.all()] == [
+        "admitted",
+        "cluster refused",
+        "cluster refused",
+        "failed",
+    ]
+
+
+def test_an_unreachable_cluster_shows_on_pending_jobs_and_the_next_cycle_catches_up(
+    sim_cluster, cycle, mia
+):
+    from queues.models import ClusterStatus
+
+    job = submit(mia, capability="min-40gb")
+    sim_cluster.fail_requests(1, status=503, method="GET")
+
+    report = cycle()
+
+    job.refresh_from_db()
+    assert report.unreachable
+    assert job.state == JobState.PENDING
+    assert job.pending_reasons[0]["code"] == "ClusterUnreachable"
+    assert ClusterStatus.objects.get().unreachable_since is not None
+
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    assert ClusterStatus.objects.get().reachable
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_job_in_plain_words(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", image="registry.example/does-not-exist:1")
+    cycle()
+    sim_cluster.advance(30)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.failure_reason.startswith(("ErrImagePull", "ImagePullBackOff"))
+
+
+def test_an_oom_killed_pod_fails_the_job_with_the_reason(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    pod = sim_cluster.core().list_namespaced_pod(job.team.namespace).items[0]
+
+    sim_cluster.oom_kill(job.team.namespace, pod.metadata.name)
+    sim_cluster.advance(5)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason, job.exit_code) == (JobState.FAILED, "OOMKilled", 137)
+
+
+class Crash(Exception):
+    """Stands for the worker being killed at that point (the one thing a test cannot do for
+    real inside its own process)."""
+
+
+STEPS = ["nodes_sync", "jobs_sync", "usage_sync", "plan_apply", "cluster_apply"]
+CYCLES = ["admitting", "starting", "finishing"]
+# Every step boundary in each cycle of a job's life, and the moment right after the Job was
+# created in the cluster but before the portal noted it (a Job is created only when admitting).
+CRASHES = [(step, n) for step in STEPS for n in range(3)] + [("create_job", 0)]
+
+
+@pytest.mark.parametrize(
+    ("point", "crash_in_cycle"), CRASHES, ids=[f"{p}-{CYCLES[n]}" for p, n in CRASHES]
+)
+def test_a_crash_at_any_step_loses_nothing_and_duplicates_nothing(
+    sim_cluster, cluster, mia, monkeypatch, point, crash_in_cycle
+):
+    import queues.reconcile as reconcile
+
+    job = submit(mia, capability="min-40gb", pods=2, gpus_per_pod=1, seconds=600)
+    cycles = {"n": 0, "crashes": 0}
+
+    def crashing(real):
+        def wrapper(*args, **kwargs):
+            result = real(*args, **kwargs)  # the step's writes are done (and committed) …
+            if cycles["n"] == crash_in_cycle:
+                raise Crash(point)  # … and the process dies before the next step
+            return result
+
+        return wrapper
+
+    if point == "create_job":
+        monkeypatch.setattr(cluster, "create_job", crashing(cluster.create_job))
+    else:
+        monkeypatch.setattr(reconcile, point, crashing(getattr(reconcile, point)))
+
+    def cycle():
+        try:
+            reconcile.reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+        except Crash:
+            cycles["crashes"] += 1
+        cycles["n"] += 1
+
+    for advance in (0, 30, 600, 5, 5):
+        sim_cluster.advance(advance)
+        cycle()
+
+    assert cycles["crashes"] == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+    k8s_jobs = sim_cluster.batch().list_namespaced_job(job.team.namespace).items
+    assert [j.metadata.name for j in k8s_jobs] == [f"gpuportal-job-{job.pk}"]
+    intervals = list(UsageInterval.objects.filter(job=job))
+    assert len(intervals) == 2
+    for interval in intervals:
+        assert interval.ended_at - interval.started_at == timedelta(seconds=600)
+        assert not interval.end_estimated
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+
+
+def test_a_job_with_the_portals_labels_but_unknown_to_it_is_reported_not_deleted(
+    sim_cluster, cycle, mia
+):
+    from queues.cluster.manifests import LaunchSpec, job_manifest
+    from queues.models import ClusterStatus
+
+    stray = job_manifest(
+        LaunchSpec(
+            job_id=99999,
+            namespace="team-vision",
+            team="vision",
+            queue="batch",
+            image="registry.example/x:1",
+            command=["true"],
+            args=[],
+            env={},
+            nodes=["a100-01"],
+            devices_per_pod=1,
+        )
+    )
+    sim_cluster.core().create_namespace({"metadata": {"name": "team-vision"}})
+    sim_cluster.batch().create_namespaced_job("team-vision", stray)
+
+    cycle()
+    cycle()
+
+    assert ClusterStatus.objects.get().unknown_jobs == ["team-vision/gpuportal-job-99999"]
+    names = [j.metadata.name for j in sim_cluster.batch().list_namespaced_job("team-vision").items]
+    assert names == ["gpuportal-job-99999"]
