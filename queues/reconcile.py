@@ -12,8 +12,6 @@ Killing the process anywhere and running the next cycle loses nothing and does n
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import time
 from collections import Counter, defaultdict
@@ -33,6 +31,7 @@ from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable
 from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
 from queues.cluster.nodes import Conventions, NodeFacts, node_facts
 from queues.cluster.pods import PodFacts, devices_held, parse_time, pod_facts
+from queues.job_tokens import job_token
 from queues.models import (
     ClusterStatus,
     GpuClass,
@@ -102,13 +101,6 @@ class ClusterView:
             if pod.job_id is not None:
                 grouped[pod.job_id].append(pod)
         return grouped
-
-
-def job_token(job_id: int) -> str:
-    """The token a job's pods use to report checkpoints: valid for this job alone, derived from
-    the secret key so a retried create produces the same Job."""
-    digest = hmac.new(settings.SECRET_KEY.encode(), f"job:{job_id}".encode(), hashlib.sha256)
-    return f"gpj_{job_id}_{digest.hexdigest()[:40]}"
 
 
 def conventions() -> Conventions:

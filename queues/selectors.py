@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import F, Prefetch, Q, QuerySet
 
 from chargeback.models import RateCard, RateCardWeight
 from portal.roles import is_admin
@@ -14,6 +14,8 @@ from queues.models import (
     CapabilityClass,
     FairShareSettings,
     GpuClass,
+    Job,
+    JobState,
     Queue,
     Reservation,
     Team,
@@ -181,3 +183,50 @@ def capability_classes_resolved(
         capability_classes if capability_classes is not None else CapabilityClass.objects.active()
     )
     return [CapabilityResolution(c, c.resolve(gpu_classes)) for c in classes]
+
+
+# --- Jobs ----------------------------------------------------------------------------------------
+
+
+def jobs_visible_to(user: Any) -> QuerySet[Job]:
+    """Jobs of the user's teams (admins: every job). Anything else is "not found", not
+    "forbidden": a job's existence is itself team business."""
+    jobs = Job.objects.select_related("owner", "team", "queue", "capability_class", "gpu_class")
+    if is_admin(user):
+        return jobs
+    return jobs.filter(team__members=user)
+
+
+def job_for(user: Any, job_id: int) -> Job | None:
+    """The job if the user may see it, else None."""
+    return jobs_visible_to(user).filter(pk=job_id).first()
+
+
+def may_cancel(user: Any, job: Job) -> bool:
+    """Only the job's owner or an admin may cancel it."""
+    return is_admin(user) or job.owner_id == user.pk
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One pending job in a queue's plan order, as anyone who may see the queue sees it: other
+    teams' jobs show their shape and reason, not their names, commands or images."""
+
+    position: int | None
+    job: Job
+    mine: bool
+
+    @property
+    def label(self) -> str:
+        return (self.job.name or f"job {self.job.pk}") if self.mine else "another team's job"
+
+
+def queue_pending(queue: Queue, user: Any) -> list[QueueEntry]:
+    """The queue's pending jobs in plan order (position), those of the user's teams named."""
+    teams = set(Team.objects.filter(members=user).values_list("pk", flat=True))
+    pending = (
+        Job.objects.filter(queue=queue, state=JobState.PENDING)
+        .select_related("team", "capability_class")
+        .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")
+    )
+    return [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in pending]

@@ -612,3 +612,18 @@ def capability_class_share(capability_class: CapabilityClass, queue: Queue) -> F
         if capability_class.mig_profile in gpu_class.mig_profiles:
             return gpu_class.mig_share(capability_class.mig_profile)
     return Fraction(1)
+
+
+def job_checkpoint(*, job: Job, at: datetime | None = None) -> bool:
+    """Record a real checkpoint of a running job (reported by the job with its token); False if
+    the job is not running. Preemption then counts lost work from here."""
+    at = at or timezone.now()
+    with transaction.atomic():
+        recorded = Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
+            last_checkpoint_at=at
+        )
+        if recorded:
+            JobEvent.objects.create(
+                job_id=job.pk, at=at, kind="checkpoint", message="checkpoint reported"
+            )
+    return bool(recorded)
