@@ -3,23 +3,29 @@
 500 nodes / 4,000 GPUs (H100, A100 with some MIG nodes, L4 with some time-sliced nodes, T4),
 2,000 running jobs, 50 teams, 12 queues, and 1k / 10k / 50k pending jobs. Times one full plan —
 admissions, preemptions, reasons and estimated starts for every pending job — best of a few runs,
-and prints a markdown table (``--output FILE`` also writes it there).
+once without probes and once with the queues' default jobs as probes (one per queue for each of
+the first ``--probe-teams`` teams: 12 × 5 = 60 by default), and prints a markdown table
+(``--output FILE`` also writes it there).
 
-    python bench/bench_admission.py [--sizes 1000,10000,50000] [--repeat 3] [--profile]
+    python bench/bench_admission.py [--sizes 1000,10000,50000] [--repeat 3] [--probe-teams 5]
+                                    [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import os
 import platform
 import pstats
 import random
+import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
@@ -31,11 +37,13 @@ from queues.admission import (
     MigSlots,
     Node,
     PendingJob,
+    Plan,
     Quota,
     Reservation,
     RunningJob,
     Snapshot,
     Team,
+    default_probe,
     plan,
 )
 from queues.admission.snapshot import CapacityKind
@@ -152,6 +160,28 @@ def build_snapshot(pending_count: int, seed: int = 7) -> Snapshot:
     )
 
 
+def with_probes(snapshot: Snapshot, teams_per_queue: int) -> Snapshot:
+    """``snapshot`` with each queue's default job as a probe for its first ``teams_per_queue``
+    teams that may use it (queues without a default job get none)."""
+    probes: list[PendingJob] = []
+    for queue_terms in snapshot.queues:
+        teams = [
+            t.name for t in snapshot.teams if not queue_terms.teams or t.name in queue_terms.teams
+        ]
+        for team_name in teams[:teams_per_queue]:
+            probe = default_probe(
+                queue_terms,
+                team_name,
+                snapshot.now,
+                len(probes) + 1,
+                gpu_classes=snapshot.gpu_classes,
+                capability_classes=snapshot.capability_classes,
+            )
+            if probe is not None:
+                probes.append(probe)
+    return replace(snapshot, probes=tuple(probes))
+
+
 def _fill(nodes: list[Node], teams: list[Team], rng: random.Random) -> list[RunningJob]:
     """2,000 running jobs packed onto the healthy exclusive nodes, about 85 % full."""
     jobs: list[RunningJob] = []
@@ -235,13 +265,33 @@ def _pending(count: int, teams: list[Team], rng: random.Random) -> list[PendingJ
     return jobs
 
 
-def time_plan(snapshot: Snapshot, repeat: int) -> tuple[float, object]:
+def _probe_summary(snapshot: Snapshot, result: Plan) -> str:
+    """How many probes start now, later (with the median wait), or never."""
+    waits = [
+        (estimate.at - snapshot.now).total_seconds() / 3600
+        for _, estimate in result.probe_estimates
+        if estimate.at is not None
+    ]
+    now = sum(1 for wait in waits if wait == 0)
+    later = [wait for wait in waits if wait > 0]
+    unknown = len(result.probe_estimates) - len(waits)
+    median = f" (median wait {statistics.median(later):.1f} h)" if later else ""
+    return (
+        f"{len(result.probe_estimates)} probes: {now} start now, {len(later)} later{median}, "
+        f"{unknown} never"
+    )
+
+
+def time_plan(snapshot: Snapshot, repeat: int) -> tuple[float, Plan]:
     best = float("inf")
     result = None
     for _ in range(repeat):
+        result = None
+        gc.collect()  # every run starts from the same heap, whatever ran before
         start = time.perf_counter()
         result = plan(snapshot)
         best = min(best, time.perf_counter() - start)
+    assert result is not None
     return best, result
 
 
@@ -263,21 +313,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,50000")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="cProfile the 10k plan")
+    parser.add_argument(
+        "--probe-teams", type=int, default=5, help="probes per queue (one per team), 0 for none"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the 10k plan (with its probes)"
+    )
     parser.add_argument("--output", type=Path, help="also write the table to this markdown file")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     timings: dict[int, float] = {}
+    probe_notes = []
     for size in sizes:
         snapshot = build_snapshot(size)
         seconds, result = time_plan(snapshot, args.repeat)
         timings[size] = seconds
         codes = Counter(s.reasons[0].code.value for s in result.pending)
         unknown = sum(1 for s in result.pending if s.estimated_start.at is None)
+        counts = (len(result.admissions), len(result.preemptions), len(result.pending))
+        del result  # a big live plan makes the next run's garbage collection slower
+        probed = with_probes(snapshot, args.probe_teams)
+        probe_seconds, probe_result = time_plan(probed, args.repeat)
+        probe_notes.append(f"{size:,} pending: " + _probe_summary(probed, probe_result))
+        del probe_result
         rows.append(
-            f"| {size:,} | {seconds:.3f} | {len(result.admissions)} | {len(result.preemptions)} | "
-            f"{len(result.pending):,} | {unknown:,} | "
+            f"| {size:,} | {seconds:.3f} | {probe_seconds:.3f} | {counts[0]} | {counts[1]} | "
+            f"{counts[2]:,} | {unknown:,} | "
             + ", ".join(f"{c} {n}" for c, n in codes.most_common(4))
             + " |"
         )
@@ -286,10 +348,13 @@ def main() -> None:
         "",
         "Cluster: 500 nodes / 4,000 GPUs, 2,000 running jobs, 50 teams, 12 queues.",
         "",
-        f"| pending | plan (s, best of {args.repeat}) | admitted | preempted "
+        f"| pending | plan (s, best of {args.repeat}) | with probes (s) | admitted | preempted "
         "| pending statuses | start unknown | top binding reasons |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         *rows,
+        "",
+        f"Probes: each queue's default job for its first {args.probe_teams} teams.",
+        *(f"- {note}" for note in probe_notes),
     ]
     if 10_000 in timings and 50_000 in timings:
         lines += ["", f"50k / 10k time ratio: {timings[50_000] / timings[10_000]:.1f}"]
@@ -298,7 +363,7 @@ def main() -> None:
     if args.output:
         args.output.write_text("# Admission engine benchmark\n\n" + table + "\n")
     if args.profile:
-        snapshot = build_snapshot(10_000)
+        snapshot = with_probes(build_snapshot(10_000), args.probe_teams)
         profiler = cProfile.Profile()
         profiler.enable()
         plan(snapshot)

@@ -21,6 +21,7 @@ from queues.admission.plan import (
     Preemption,
     gpu_eq_json,
 )
+from queues.admission.probes import PROBE_USER, default_probe
 from queues.admission.reasons import PendingReason, ReasonCode
 from queues.admission.snapshot import (
     CapacityKind,
@@ -41,6 +42,7 @@ from queues.admission.snapshot import (
 )
 
 __all__ = [
+    "PROBE_USER",
     "Admission",
     "Alternative",
     "CapabilityRequest",
@@ -68,6 +70,7 @@ __all__ = [
     "Snapshot",
     "Team",
     "TopologyScope",
+    "default_probe",
     "explain",
     "gpu_eq_json",
     "mig_profile_memory_gb",

@@ -6,8 +6,10 @@ once per job, and once per distinct (queue, capability, shape) where it can be s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import timedelta
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
@@ -59,15 +61,17 @@ def order_key_factory(snapshot: Snapshot) -> dict[str, int]:
     return {name: rank for rank, (_, name) in enumerate(sorted(shares))}
 
 
-def plan_order(snapshot: Snapshot) -> list[PendingJob]:
-    """Pending jobs in the order the planner considers them: queue priority, job priority (both
-    descending), fair share (teams that used less relative to their weight first), submit time,
-    id."""
+OrderKey = tuple[int, int, int, str, datetime, int]
+
+
+def order_key_of(snapshot: Snapshot) -> Callable[[PendingJob], OrderKey]:
+    """The plan-order key of a pending job: queue priority, job priority (both descending), fair
+    share (teams that used less relative to their weight first), team, submit time, id."""
     queues = {queue.name: queue for queue in snapshot.queues}
     team_rank = order_key_factory(snapshot)
     unknown = len(team_rank)
 
-    def key(job: PendingJob) -> tuple[int, int, int, str, object, int]:
+    def key(job: PendingJob) -> OrderKey:
         queue = queues.get(job.queue)
         return (
             -(queue.priority if queue else 0),
@@ -78,16 +82,43 @@ def plan_order(snapshot: Snapshot) -> list[PendingJob]:
             job.id,
         )
 
-    return sorted(snapshot.pending, key=key)
+    return key
+
+
+def plan_order(snapshot: Snapshot) -> list[PendingJob]:
+    """Pending jobs in the order the planner considers them (see ``order_key_of``)."""
+    return sorted(snapshot.pending, key=order_key_of(snapshot))
 
 
 def build_asks(state: State) -> list[Ask]:
+    """An ask per pending job, in plan order (``Ask.order`` 0, 1, …)."""
+    return _asks(state, list(enumerate(plan_order(state.snapshot))))
+
+
+def build_probe_asks(state: State, asks: list[Ask]) -> list[Ask]:
+    """An ask per probe, sorted by (order, probe id). A probe counts as submitted at ``now``, and
+    its ``order`` is the number of real jobs ahead of it: every real job whose order key, id left
+    aside, is lower or equal (``asks`` is in plan order, so a binary search finds it)."""
+    snapshot = state.snapshot
+    key = order_key_of(snapshot)
+    placed: list[tuple[int, PendingJob]] = []
+    for probe in snapshot.probes:
+        job = replace(probe, submitted_at=snapshot.now)
+        ahead = bisect.bisect_right(asks, key(job)[:-1], key=lambda ask: key(ask.job)[:-1])
+        placed.append((ahead, job))
+    placed.sort(key=lambda item: (item[0], item[1].id))
+    return _asks(state, placed)
+
+
+def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
+    """Asks for ``(order, job)`` pairs; jobs of the same queue, capability and shape share one
+    resolution."""
     snapshot = state.snapshot
     capabilities = {c.name: c for c in snapshot.capability_classes}
     cost_order = sorted(state.classes.values(), key=lambda g: (Fraction(g.weight), g.name))
     resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     asks: list[Ask] = []
-    for order, job in enumerate(plan_order(snapshot)):
+    for order, job in jobs:
         queue = state.queues.get(job.queue) or _fallback_queue(job.queue)
         runtime = job.runtime_limit or queue.default_runtime
         rkey = (queue.name, job.capability, job.memory_gb, job.pods, job.gpus_per_pod)

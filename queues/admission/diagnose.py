@@ -9,15 +9,21 @@ capacity) admits the job or leaves it with its next cause.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
 from queues.admission.asks import Ask
 from queues.admission.reasons import PendingReason, ReasonCode
-from queues.admission.snapshot import CapacityKind, PreemptionClass, Queue, TopologyScope
-from queues.admission.state import MIG, TIME_SLICED, Pool, State, place
+from queues.admission.snapshot import (
+    CapacityKind,
+    PreemptionClass,
+    Queue,
+    SharingMode,
+    TopologyScope,
+)
+from queues.admission.state import MIG, TIME_SLICED, Pool, State, place, taint_key, tolerates
 
 Option = tuple[CapacityKind, int | None, bool]
 
@@ -246,11 +252,101 @@ def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     return PendingReason(ReasonCode.RESERVATION_WINDOW, message, details)
 
 
+@dataclass(slots=True)
+class PoolView:
+    """One pool as one request sees it, split by what the request may use.
+
+    *Open* nodes are eligible (healthy, not cordoned or draining) and carry no taint the request
+    does not tolerate: only they count as free for it. *Tainted* nodes are eligible but carry such
+    a taint (only those with free devices are listed, as local indices). *Down* nodes are
+    unhealthy or in maintenance and carry no such taint: a drained node the queue could never use
+    is no reason to wait for it. Amounts on open nodes are devices of the pool (``free``) or
+    scaled GPU-eq (``*_eq``).
+    """
+
+    open_nodes: int
+    nodes_with_free: int
+    free: int
+    free_eq: int
+    capacity_eq: int
+    outside_eq: int
+    tainted: list[int]
+    tainted_free: int
+    tainted_eq: int
+    down: list[int]
+
+    @property
+    def matching(self) -> int:
+        """Nodes of the pool the request tolerates, eligible or not."""
+        return self.open_nodes + len(self.down)
+
+
+def pool_view(pool: Pool, tolerations: frozenset[str]) -> PoolView:
+    """Split ``pool``'s nodes for a request with ``tolerations`` (see ``PoolView``).
+
+    Free devices of an over-committed node count as 0, its GPU-eq as is, the way the pool's own
+    aggregates count them, so an untainted pool's view is those aggregates (no scan: most pools
+    have no taints, and the diagnosis asks often)."""
+    if not pool.tainted:
+        down = [local for local, ok in enumerate(pool.eligible) if not ok]
+        open_nodes = len(pool.nodes) - len(down)
+        empty = len(pool.by_free[0]) if pool.by_free else 0
+        return PoolView(
+            open_nodes,
+            open_nodes - empty,
+            pool.free_devices,
+            pool.free_eq,
+            pool.capacity_eq,
+            pool.outside_eq,
+            [],
+            0,
+            0,
+            down,
+        )
+    view = PoolView(0, 0, 0, 0, 0, 0, [], 0, 0, [])
+    for local in range(len(pool.nodes)):
+        free = pool.free[local]
+        unit = pool.unit[local]
+        if not tolerates(pool, local, tolerations):
+            if pool.eligible[local] and free > 0:
+                view.tainted.append(local)
+                view.tainted_free += free
+                view.tainted_eq += free * unit
+            continue
+        if not pool.eligible[local]:
+            view.down.append(local)
+            continue
+        view.open_nodes += 1
+        if free > 0:
+            view.nodes_with_free += 1
+        view.free += max(0, free)
+        view.free_eq += free * unit
+        view.capacity_eq += pool.total[local] * unit
+        view.outside_eq += (pool.total[local] - pool.cap[local]) * unit
+    return view
+
+
+def _open_free(pool: Pool, tolerations: frozenset[str]) -> tuple[int, int]:
+    """Free devices and scaled GPU-eq on ``pool``'s open nodes; from the aggregates when no node
+    is tainted (the common case), so the check costs nothing."""
+    if not pool.tainted:
+        return pool.free_devices, pool.free_eq
+    view = pool_view(pool, tolerations)
+    return view.free, view.free_eq
+
+
 def capacity_causes(
     state: State, ask: Ask, gpu_class: str, options: list[Option]
 ) -> list[PendingReason]:
-    """Capacity and shape causes under the most permissive of ``options`` (empty: it fits)."""
-    pool = state.pools.get((gpu_class, ask.mode, ask.profile))
+    """Capacity and shape causes under the most permissive of ``options`` (empty: it fits).
+
+    Every amount is of the request's own pool (its class, mode and MIG profile): free MIG slices
+    are no capacity for a whole-GPU job. Free devices on nodes with taints the queue does not
+    tolerate are not free for it: a shortage they would cover is reported as such (naming the
+    taints), and ``Fragmentation`` or ``Topology`` are claimed only when enough is free on open
+    nodes in total."""
+    # build_asks keeps only classes with a pool for the request's kind of device
+    pool = state.pools[(gpu_class, ask.mode, ask.profile)]
     shape = ask.shapes[gpu_class]
     demand = ask.demand[gpu_class]
     best: Option = options[0]
@@ -258,27 +354,29 @@ def capacity_causes(
     own = state.holder_reservations(ask.job.team, ask.queue.name, gpu_class)
     for option in options:
         usable = state.usable(gpu_class, *option, own)
-        if pool is not None and demand <= usable and place(pool, shape) is not None:
+        if demand <= usable and place(pool, shape) is not None:
             return []
         if best_usable is None or usable > best_usable:
             best, best_usable = option, usable
     assert best_usable is not None
     causes: list[PendingReason] = []
     needed = shape.pods * shape.devices
-    pool_free = pool.free_devices if pool is not None else 0
-    class_free = state.class_free[gpu_class]
-    if best_usable < demand <= class_free:
-        causes.append(_reserved_cause(state, ask, gpu_class, best, best_usable))
-    if demand > class_free or pool_free < needed:
-        causes.extend(_shortage_causes(state, ask, gpu_class, pool, best_usable))
-    elif pool is not None and not causes:
-        causes.append(_shape_cause(state, ask, gpu_class, pool))
+    open_free, open_eq = _open_free(pool, shape.tolerations)
+    if best_usable < demand <= pool.free_eq:
+        causes.append(_reserved_cause(state, ask, gpu_class, pool, best, best_usable))
+    if demand > open_eq or open_free < needed:
+        view = pool_view(pool, shape.tolerations)
+        causes.extend(_shortage_causes(state, ask, gpu_class, pool, view, best_usable))
+    elif not causes:
+        causes.extend(_shape_causes(state, ask, gpu_class, pool))
     return causes
 
 
 def _reserved_cause(
-    state: State, ask: Ask, gpu_class: str, option: Option, usable: int
+    state: State, ask: Ask, gpu_class: str, pool: Pool, option: Option, usable: int
 ) -> PendingReason:
+    """Enough is free in the request's pool, but idle reservations of others hold part of the
+    class (reservations are class-wide amounts, so what they hold is counted against it)."""
     holders = sorted(
         (rid, state.reservations[rid].team, state.res_idle[rid])
         for rid in state.reservations
@@ -287,21 +385,22 @@ def _reserved_cause(
         and rid != option[1]
         and rid not in state.holder_reservations(ask.job.team, ask.queue.name, gpu_class)
     )
-    free = state.class_free[gpu_class]
-    idle = free - usable
+    free = pool.free_eq
+    unreserved = max(0, usable)
+    idle = free - unreserved
     who = (
         ", ".join(f"reservation {rid} of team {team}" for rid, team, _ in holders) or "reservations"
     )
     message = (
         f"{eq_text(state, free)} {gpu_class} GPUs are free but {eq_text(state, idle)} of them are "
         f"reserved ({who}); needs {eq_text(state, ask.demand[gpu_class])}, "
-        f"{eq_text(state, max(0, usable))} unreserved"
+        f"{eq_text(state, unreserved)} unreserved"
     )
     details = {
         "gpu_class": gpu_class,
         "free": eq_json(state, free),
         "reserved_idle": eq_json(state, idle),
-        "unreserved_free": eq_json(state, max(0, usable)),
+        "unreserved_free": eq_json(state, unreserved),
         "requested": eq_json(state, ask.demand[gpu_class]),
         "reservations": [rid for rid, _, _ in holders],
     }
@@ -332,33 +431,32 @@ def _lending_queue(state: State, ask: Ask, gpu_class: str) -> Queue | None:
 
 
 def _shortage_causes(
-    state: State, ask: Ask, gpu_class: str, pool: Pool | None, usable: int
+    state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView, usable: int
 ) -> list[PendingReason]:
-    """Not enough free capacity: say so, and whether unhealthy or maintenance nodes hold it."""
+    """Not enough free capacity on open nodes: say so, and whether unhealthy, maintenance or
+    tainted nodes hold it. Each of those binds (comes first) only when what it holds covers the
+    shortfall, so that removing it would let the job start."""
     shape = ask.shapes[gpu_class]
     demand = ask.demand[gpu_class]
     needed = shape.pods * shape.devices
     unit = UNIT_WORDS[ask.mode]
-    pool_free = pool.free_devices if pool is not None else 0
-    short_devices = max(0, needed - pool_free)
-    short_eq = max(0, demand - max(usable, 0))
-    matching = 0
+    usable_eq = min(view.free_eq, max(usable, 0))
+    short_devices = max(0, needed - view.free)
+    short_eq = max(0, demand - usable_eq)
     down: dict[str, list[tuple[str, int, int, str]]] = {"unhealthy": [], "maintenance": []}
-    if pool is not None:
-        for local, index in enumerate(pool.nodes):
-            matching += 1
-            if pool.eligible[local]:
-                continue
-            node = state.nodes[index]
-            kind = "unhealthy" if not node.healthy else "maintenance"
-            down[kind].append(
-                (
-                    node.name,
-                    pool.free[local],
-                    pool.free[local] * pool.unit[local],
-                    _node_note(state, index),
-                )
+    for local in view.down:
+        index = pool.nodes[local]
+        node = state.nodes[index]
+        kind = "unhealthy" if not node.healthy else "maintenance"
+        down[kind].append(
+            (
+                node.name,
+                pool.free[local],
+                pool.free[local] * pool.unit[local],
+                _node_note(state, index),
             )
+        )
+    matching = view.matching
     causes: list[PendingReason] = []
     extra: list[PendingReason] = []
     for kind, code in (
@@ -400,10 +498,15 @@ def _shortage_causes(
             causes.append(reason)
         else:
             extra.append(reason)
+    if view.tainted and view.tainted_free >= short_devices and view.tainted_eq >= short_eq:
+        # The free capacity is there, only not for this queue: name the taints instead of a
+        # bare shortage (which would read "0 free" beside free GPUs the user can see).
+        causes.append(_taint_reason(state, ask, gpu_class, pool, view))
+        return causes + extra
     code = (
         ReasonCode.MIG_PROFILE_UNAVAILABLE if ask.mode == MIG else ReasonCode.INSUFFICIENT_CAPACITY
     )
-    causes.append(_shortage_reason(state, ask, gpu_class, pool, usable, code))
+    causes.append(_shortage_reason(state, ask, gpu_class, pool, view, usable_eq, code))
     return causes + extra
 
 
@@ -417,55 +520,171 @@ def _node_note(state: State, index: int) -> str:
     return note
 
 
-def _shortage_reason(
-    state: State, ask: Ask, gpu_class: str, pool: Pool | None, usable: int, code: ReasonCode
+def _device_noun(ask: Ask, gpu_class: str, count: int) -> str:
+    """``h100-80gb GPUs``, ``1g.10gb slices of h100-80gb``, ``time-sliced replicas of l4-24gb``
+    (singular when ``count`` is 1)."""
+    one = count == 1
+    if ask.mode == MIG:
+        return f"{ask.profile} {'slice' if one else 'slices'} of {gpu_class}"
+    if ask.mode == TIME_SLICED:
+        return f"time-sliced {'replica' if one else 'replicas'} of {gpu_class}"
+    return f"{gpu_class} {'GPU' if one else 'GPUs'}"
+
+
+def _devices_text(ask: Ask, gpu_class: str, count: int) -> str:
+    """``8 h100-80gb GPUs``, ``1 × 1g.10gb slice of h100-80gb``, ``2 time-sliced replicas of …``."""
+    noun = _device_noun(ask, gpu_class, count)
+    return f"{count} × {noun}" if ask.mode == MIG else f"{count} {noun}"
+
+
+def _untolerated(state: State, pool: Pool, local: int, tolerations: frozenset[str]) -> list[str]:
+    """The taints of a node, as written on it, that ``tolerations`` do not cover."""
+    node = state.nodes[pool.nodes[local]]
+    return [t for t in node.taints if "*" not in tolerations and taint_key(t) not in tolerations]
+
+
+def _taints_text(state: State, pool: Pool, locals_: list[int], tolerations: frozenset[str]) -> str:
+    """``h100-perf: dedicated=perf:NoSchedule; h100-x: a:NoSchedule; and 2 more``."""
+    shown = [
+        f"{state.nodes[pool.nodes[local]].name}: "
+        + ", ".join(_untolerated(state, pool, local, tolerations))
+        for local in locals_[:3]
+    ]
+    if len(locals_) > 3:
+        shown.append(f"and {len(locals_) - 3} more")
+    return "; ".join(shown)
+
+
+def _taint_reason(
+    state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView
 ) -> PendingReason:
+    """Free capacity sits on nodes with taints the queue does not tolerate."""
+    shape = ask.shapes[gpu_class]
+    queue = ask.queue.name
+    needed = shape.pods * shape.devices
+    tainted = view.tainted_free
+    listing = _taints_text(state, pool, view.tainted, shape.tolerations)
+    if view.free == 0:
+        verb = "is" if tainted == 1 else "are"
+        message = (
+            f"{tainted} free {_device_noun(ask, gpu_class, tainted)} {verb} "
+            f"only on nodes with taints queue {queue} does not tolerate ({listing}); "
+            f"needs {needed}"
+        )
+    else:
+        total = tainted + view.free
+        message = (
+            f"{tainted} of the {total} free {_device_noun(ask, gpu_class, total)} "
+            "are on nodes with taints "
+            f"queue {queue} does not tolerate ({listing}); needs {needed}, "
+            f"{view.free} free on the others"
+        )
+    names = [state.nodes[pool.nodes[local]].name for local in view.tainted]
+    details: dict[str, Any] = {
+        "gpu_class": gpu_class,
+        "queue": queue,
+        "unit": UNIT_WORDS[ask.mode],
+        "requested": needed,
+        "free": view.free,
+        "tainted_free": tainted,
+        "tainted_free_gpu_eq": eq_json(state, view.tainted_eq),
+        "nodes": names,
+        "taints": {
+            name: _untolerated(state, pool, local, shape.tolerations)
+            for name, local in zip(names, view.tainted, strict=True)
+        },
+    }
+    if ask.mode == MIG:
+        details["profile"] = ask.profile
+    return PendingReason(
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        message,
+        details,
+        _tolerating_queue_hint(state, ask, gpu_class, pool, view),
+    )
+
+
+def _tolerating_queue_hint(
+    state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView
+) -> str:
+    """Another queue of the team that takes this job and tolerates enough of the taints that its
+    free devices there, with those on open nodes, would cover the request."""
+    needed = ask.shapes[gpu_class].pods * ask.shapes[gpu_class].devices
+    for queue in sorted(state.queues.values(), key=lambda q: (-q.priority, q.name)):
+        if queue.name == ask.queue.name or queue.reservation_only:
+            continue
+        if queue.teams and ask.job.team not in queue.teams:
+            continue
+        if queue.capability_classes and ask.job.capability not in queue.capability_classes:
+            continue
+        if queue.gpu_classes and gpu_class not in queue.gpu_classes:
+            continue
+        if ask.mode != MIG and (queue.sharing is SharingMode.TIME_SLICED) != (
+            ask.mode == TIME_SLICED
+        ):
+            continue
+        tolerations = frozenset(queue.tolerations)
+        covered = [local for local in view.tainted if tolerates(pool, local, tolerations)]
+        if covered and view.free + sum(pool.free[local] for local in covered) >= needed:
+            names = ", ".join(state.nodes[pool.nodes[local]].name for local in covered[:3])
+            if len(covered) > 3:
+                names += f" and {len(covered) - 3} more"
+            return f"queue `{queue.name}` tolerates the taints on {names}"
+    return ""
+
+
+def _shortage_reason(
+    state: State,
+    ask: Ask,
+    gpu_class: str,
+    pool: Pool,
+    view: PoolView,
+    usable_eq: int,
+    code: ReasonCode,
+) -> PendingReason:
+    """Too little is free on open nodes. Amounts are of the request's pool and its open nodes:
+    ``free_gpu_eq`` is what of it is also unreserved, ``capacity_gpu_eq`` and ``outside_gpu_eq``
+    what those nodes hold in all and outside the portal."""
     shape = ask.shapes[gpu_class]
     needed = shape.pods * shape.devices
-    pool_free = pool.free_devices if pool is not None else 0
-    nodes_with_free = 0
-    if pool is not None:
-        nodes_with_free = sum(
-            1 for local, free in enumerate(pool.free) if pool.eligible[local] and free > 0
-        )
-    outside = _outside_eq(state, gpu_class)
+    pool_free = view.free
+    nodes_with_free = view.nodes_with_free
+    outside = view.outside_eq
+    what = _devices_text(ask, gpu_class, needed)
     if ask.mode == MIG:
-        what = f"{needed} × {ask.profile} {'slice' if needed == 1 else 'slices'} of {gpu_class}"
         free_text = f"{pool_free} free across {plural(nodes_with_free, 'node')}"
-    elif ask.mode == TIME_SLICED:
-        what = f"{plural(needed, 'time-sliced replica')} of {gpu_class}"
-        free_text = f"{pool_free} free"
     else:
-        what = f"{needed} {gpu_class} {'GPU' if needed == 1 else 'GPUs'}"
         free_text = f"{pool_free} free"
     message = f"needs {what}; {free_text}"
-    if pool_free >= needed and ask.demand[gpu_class] > usable:
-        message += (
-            f" but only {eq_text(state, max(0, usable))} GPU-equivalents of {gpu_class} are free"
-        )
+    if pool_free >= needed and ask.demand[gpu_class] > usable_eq:
+        message += f" but only {eq_text(state, usable_eq)} GPU-equivalents of {gpu_class} are free"
     if outside:
         message += f" ({eq_text(state, outside)} used outside the portal)"
+    if view.tainted:
+        message += (
+            f"; {view.tainted_free} more on nodes with taints queue {ask.queue.name} does not "
+            f"tolerate ({_taints_text(state, pool, view.tainted, shape.tolerations)})"
+        )
     details: dict[str, Any] = {
         "gpu_class": gpu_class,
         "requested": needed,
         "free": pool_free,
         "unit": UNIT_WORDS[ask.mode],
         "requested_gpu_eq": eq_json(state, ask.demand[gpu_class]),
-        "free_gpu_eq": eq_json(state, max(0, usable)),
-        "capacity_gpu_eq": eq_json(state, state.class_capacity[gpu_class]),
+        "free_gpu_eq": eq_json(state, usable_eq),
+        "capacity_gpu_eq": eq_json(state, view.capacity_eq),
         "outside_gpu_eq": eq_json(state, outside),
     }
     if ask.mode == MIG:
         details["profile"] = ask.profile
         details["nodes_with_free"] = nodes_with_free
+    if view.tainted:
+        details["tainted_free"] = view.tainted_free
+        details["tainted_nodes"] = [state.nodes[pool.nodes[local]].name for local in view.tainted]
     hint = _alternative_capability_hint(state, ask, gpu_class) or _frees_hint(
-        state, ask, gpu_class, pool
+        state, ask, gpu_class, pool, view
     )
     return PendingReason(code, message, details, hint)
-
-
-def _outside_eq(state: State, gpu_class: str) -> int:
-    return state.outside.get(gpu_class, 0)
 
 
 def _alternative_capability_hint(state: State, ask: Ask, gpu_class: str) -> str:
@@ -501,21 +720,28 @@ def _alternative_capability_hint(state: State, ask: Ask, gpu_class: str) -> str:
     return ""
 
 
-def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool | None) -> str:
-    """When running jobs reaching their limits free enough devices of this pool."""
-    if pool is None:
-        return ""
+def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView) -> str:
+    """When running jobs reaching their limits free enough devices on this pool's open nodes."""
     shape = ask.shapes[gpu_class]
-    short = shape.pods * shape.devices - pool.free_devices
+    short = shape.pods * shape.devices - view.free
     if short <= 0:
         return ""
-    memo_key = ("releases", id(pool), state.class_version[gpu_class])
+    # devices freed on tainted nodes are no use to this queue, so a tainted pool's releases
+    # depend on the tolerations
+    tolerations = shape.tolerations if pool.tainted else frozenset()
+    memo_key = ("releases", id(pool), tolerations, state.class_version[gpu_class])
     releases = state.memo.get(memo_key)
     if releases is None:
         releases = sorted(
             (
                 alloc.end,
-                sum(s.devices for s in alloc.spots if s.pool is pool and s.pool.eligible[s.local]),
+                sum(
+                    s.devices
+                    for s in alloc.spots
+                    if s.pool is pool
+                    and pool.eligible[s.local]
+                    and (not pool.tainted or tolerates(pool, s.local, tolerations))
+                ),
             )
             for alloc in state.class_allocs[gpu_class].values()
         )
@@ -533,11 +759,27 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool | None) -> st
     return ""
 
 
+def _shape_causes(state: State, ask: Ask, gpu_class: str, pool: Pool) -> list[PendingReason]:
+    """Enough is free on open nodes in total, but not in a shape the job can use; and, if nodes
+    with taints the queue does not tolerate would take it, say so too (not binding: the shape
+    cause holds on the nodes the queue may use)."""
+    shape = ask.shapes[gpu_class]
+    causes = [_shape_cause(state, ask, gpu_class, pool)]
+    view = pool_view(pool, shape.tolerations)
+    if view.tainted and place(pool, replace(shape, tolerations=frozenset({"*"}))) is not None:
+        causes.append(_taint_reason(state, ask, gpu_class, pool, view))
+    return causes
+
+
 def _shape_cause(state: State, ask: Ask, gpu_class: str, pool: Pool) -> PendingReason:
-    """Enough is free in total, but not in a shape the job can use."""
+    """Enough is free in total on open nodes, but not in a shape the job can use."""
     shape = ask.shapes[gpu_class]
     free_nodes = [
-        (local, free) for local, free in enumerate(pool.free) if pool.eligible[local] and free > 0
+        (local, free)
+        for local, free in enumerate(pool.free)
+        if free > 0
+        and pool.eligible[local]
+        and (not pool.tainted or tolerates(pool, local, shape.tolerations))
     ]
     largest = max((free for _, free in free_nodes), default=0)
     total = sum(free for _, free in free_nodes)

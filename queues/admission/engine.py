@@ -8,6 +8,11 @@ otherwise explains why it waits. The first job blocked on a class by capacity ge
 shadow reservation: later jobs may start on that class only if they end before the shadow time or
 use capacity the shadow job will not need.
 
+Probes (``Snapshot.probes``, hypothetical jobs) are checked at their place in plan order with the
+same rules, read-only: one that would fit then is estimated to start now; the others ride along in
+the forward simulation as ghosts (see ``estimate``). They never take capacity, preempt, or set an
+EASY shadow, so the plan for real jobs is the same with or without them.
+
 Speed: jobs the planner would treat alike (same queue, team, capability, shape, runtime) share one
 cached verdict per version of the capacity they depend on, so a full cluster costs one check per
 distinct shape rather than one per job.
@@ -20,7 +25,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from queues.admission.asks import Ask, build_asks
+from queues.admission.asks import Ask, build_asks, build_probe_asks
 from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_text, time_text
 from queues.admission.estimate import simulate
 from queues.admission.fit import Fit, Option, fit_class, hold
@@ -75,14 +80,39 @@ def plan(snapshot: Snapshot) -> Plan:
 
     Deterministic: equal snapshots give equal plans. When the cluster is unreachable nothing is
     admitted or preempted, and every pending job's binding reason is ``ClusterUnreachable``.
+    Every probe gets an estimated start in ``Plan.probe_estimates``; apart from that field the
+    plan is the same as for the snapshot without probes.
     """
     state = State(snapshot)
     asks = build_asks(state)
+    probes = build_probe_asks(state, asks)
     run = Pass(state=state, dry_run=snapshot.cluster_unreachable_since is not None)
+    probe_now: set[JobId] = set()
+    next_probe = 0
     for ask in asks:
+        # a probe is checked where it stands in plan order: after the real jobs ahead of it
+        # took what they take, before any behind it does
+        while next_probe < len(probes) and probes[next_probe].order <= ask.order:
+            if _probe_fits_now(run, probes[next_probe]):
+                probe_now.add(probes[next_probe].job.id)
+            next_probe += 1
         _consider(run, ask)
-    starts = simulate(state, [o.ask for o in run.outcomes if o.start is None and not o.ask.static])
-    return _assemble(run, starts)
+    for probe in probes[next_probe:]:
+        if _probe_fits_now(run, probe):
+            probe_now.add(probe.job.id)
+    starts, probe_starts = simulate(
+        state,
+        [o.ask for o in run.outcomes if o.start is None and not o.ask.static],
+        [p for p in probes if p.job.id not in probe_now and not p.static],
+    )
+    probe_estimates = tuple(
+        (
+            probe.job.id,
+            _with_range(state, probe, _probe_start(state, probe, probe_now, probe_starts)),
+        )
+        for probe in sorted(probes, key=lambda p: p.job.id)
+    )
+    return _assemble(run, starts, probe_estimates)
 
 
 # ---------------------------------------------------------------------- the pass
@@ -118,6 +148,27 @@ def _consider(run: Pass, ask: Ask) -> None:
     else:
         _maybe_shadow(run, ask)
     run.outcomes.append(outcome)
+
+
+def _probe_start(
+    state: State, probe: Ask, started_now: set[JobId], simulated: dict[JobId, EstimatedStart]
+) -> EstimatedStart:
+    if probe.job.id in started_now:
+        return EstimatedStart(at=state.now)
+    if probe.static:
+        return EstimatedStart(at=None, why_unknown=probe.static[0].message)
+    return simulated[probe.job.id]
+
+
+def _probe_fits_now(run: Pass, ask: Ask) -> bool:
+    """Whether a probe would be admitted now at its place in the pass; reads the state only
+    (no hold, no cached verdict, no shadow), so real jobs see the same pass."""
+    if ask.static or user_limit_cause(run.state, ask) is not None:
+        return False
+    return any(
+        _fit(run, ask, c, entitlement(run.state, ask, c), run.shadows.get(c)) is not None
+        for c in ask.classes
+    )
 
 
 def user_limit_cause(state: State, ask: Ask) -> PendingReason | None:
@@ -434,7 +485,11 @@ def _shadow_for(
 # ---------------------------------------------------------------------- assembling
 
 
-def _assemble(run: Pass, starts: dict[JobId, EstimatedStart]) -> Plan:
+def _assemble(
+    run: Pass,
+    starts: dict[JobId, EstimatedStart],
+    probe_estimates: tuple[tuple[JobId, EstimatedStart], ...] = (),
+) -> Plan:
     state = run.state
     snapshot = state.snapshot
     waiting: dict[str, list[JobId]] = {}
@@ -491,6 +546,7 @@ def _assemble(run: Pass, starts: dict[JobId, EstimatedStart]) -> Plan:
         preemptions=tuple(sorted(run.preemptions, key=lambda p: p.job_id)),
         pending=tuple(statuses),
         admitted_reasons=admitted,
+        probe_estimates=probe_estimates,
     )
 
 

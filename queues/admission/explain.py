@@ -58,6 +58,8 @@ def explain(snapshot: Snapshot, job_id: JobId) -> Explanation:
     job = next((p for p in snapshot.pending if p.id == job_id), None)
     if job is None:
         raise KeyError(job_id)
+    # probes change nothing for real jobs, and each what-if below is a full plan: leave them out
+    snapshot = dataclasses.replace(snapshot, probes=())
     current = plan(snapshot).status(job_id)
     if current is None:
         return Explanation(status=None, alternatives=())

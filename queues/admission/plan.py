@@ -129,13 +129,15 @@ class PendingStatus:
 @dataclass(frozen=True)
 class Plan:
     """One admission decision. ``pending`` holds a status for every pending job not admitted,
-    in plan order; ``admitted_reasons`` explains admitted jobs the cluster cannot place."""
+    in plan order; ``admitted_reasons`` explains admitted jobs the cluster cannot place;
+    ``probe_estimates`` the estimated start of every ``Snapshot.probes`` entry, by probe id."""
 
     now: datetime
     admissions: tuple[Admission, ...]
     preemptions: tuple[Preemption, ...]
     pending: tuple[PendingStatus, ...]
     admitted_reasons: tuple[tuple[JobId, tuple[PendingReason, ...]], ...] = ()
+    probe_estimates: tuple[tuple[JobId, EstimatedStart], ...] = ()
 
     def status(self, job_id: JobId) -> PendingStatus | None:
         """The pending status of ``job_id``, or None if it was admitted or is unknown."""
@@ -150,6 +152,13 @@ class Plan:
                 return admission
         return None
 
+    def probe_estimate(self, probe_id: JobId) -> EstimatedStart | None:
+        """The estimated start of probe ``probe_id``, or None if the snapshot had no such probe."""
+        for known, estimate in self.probe_estimates:
+            if known == probe_id:
+                return estimate
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "now": self.now.isoformat(),
@@ -159,5 +168,9 @@ class Plan:
             "admitted_reasons": [
                 {"job_id": job_id, "reasons": [r.to_dict() for r in reasons]}
                 for job_id, reasons in self.admitted_reasons
+            ],
+            "probe_estimates": [
+                {"job_id": job_id, "estimated_start": estimate.to_dict()}
+                for job_id, estimate in self.probe_estimates
             ],
         }

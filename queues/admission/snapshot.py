@@ -247,7 +247,14 @@ class PendingJob:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything the engine needs for one decision. The engine never mutates it."""
+    """Everything the engine needs for one decision. The engine never mutates it.
+
+    ``probes`` are hypothetical jobs whose estimated start the portal wants to publish (a queue's
+    current expected wait for its default job, see ``default_probe``). A probe is never admitted,
+    never preempts, and never changes what happens to a real job; it is ordered as if submitted at
+    ``now`` (its own ``submitted_at`` is ignored) behind every real job of higher or equal order.
+    Probe ids must be unique among probes; they may repeat real job ids (answers are kept apart).
+    """
 
     now: datetime
     gpu_classes: tuple[GpuClass, ...]
@@ -259,7 +266,10 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
     cluster_unreachable_since: datetime | None = None
+    probes: tuple[PendingJob, ...] = ()
 
     def __post_init__(self) -> None:
         if self.now.tzinfo is None:
             raise ValueError("Snapshot.now must be an aware UTC datetime")
+        if len({probe.id for probe in self.probes}) != len(self.probes):
+            raise ValueError("Snapshot.probes must have unique ids")

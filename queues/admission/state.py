@@ -61,6 +61,7 @@ class Pool:
     nodes: list[int] = field(default_factory=list)  # global node indices, name order
     free: list[int] = field(default_factory=list)  # free devices per local node
     cap: list[int] = field(default_factory=list)  # devices the portal may ever use per node
+    total: list[int] = field(default_factory=list)  # devices per node, incl. outside the portal
     unit: list[int] = field(default_factory=list)  # scaled GPU-eq of one device per local node
     hbm_free: list[int] = field(default_factory=list)  # time-sliced: undeclared HBM GB
     hbm_claim: list[int] = field(default_factory=list)  # time-sliced: default GB per replica
@@ -71,6 +72,11 @@ class Pool:
     local_of: dict[int, int] = field(default_factory=dict)
     by_free: list[set[int]] = field(default_factory=list)  # eligible local nodes by free count
     free_devices: int = 0  # on eligible nodes
+    # scaled GPU-eq on eligible nodes: free, capacity, and held outside the portal. Per pool, so
+    # reasons about whole GPUs never count MIG slices or replicas of the same class.
+    free_eq: int = 0
+    capacity_eq: int = 0
+    outside_eq: int = 0
     tainted: bool = False
 
     def bucket_move(self, local: int, old: int, new: int) -> None:
@@ -233,7 +239,9 @@ class State:
                     share = Fraction(gpu.spec.mig_profiles.get(slots.profile, Fraction(1, 7)))
                     unit = int(share * self.scale)
                     free = max(0, slots.total - slots.outside)
-                    self._add_to_pool(node, index, mode, slots.profile, free, unit, 0, 0, taints)
+                    self._add_to_pool(
+                        node, index, mode, slots.profile, slots.total, free, unit, 0, 0, taints
+                    )
                     self.outside[gpu.name] += slots.outside * unit
                     self.class_capacity[gpu.name] += slots.total * unit if eligible else 0
             elif mode == TIME_SLICED:
@@ -243,13 +251,16 @@ class State:
                 free = max(0, node.gpus * replicas - outside)
                 claim = gpu.spec.hbm_gb // replicas
                 hbm = max(0, node.gpus * gpu.spec.hbm_gb - outside * claim)
-                self._add_to_pool(node, index, mode, None, free, unit, hbm, claim, taints)
+                total = node.gpus * replicas
+                self._add_to_pool(node, index, mode, None, total, free, unit, hbm, claim, taints)
                 self.outside[gpu.name] += outside * unit
                 self.class_capacity[gpu.name] += node.gpus * self.scale if eligible else 0
             else:
                 outside = math.ceil(Fraction(node.outside_gpu_eq))
                 free = max(0, node.gpus - outside)
-                self._add_to_pool(node, index, mode, None, free, self.scale, 0, 0, taints)
+                self._add_to_pool(
+                    node, index, mode, None, node.gpus, free, self.scale, 0, 0, taints
+                )
                 self.outside[gpu.name] += outside * self.scale
                 self.class_capacity[gpu.name] += node.gpus * self.scale if eligible else 0
 
@@ -259,6 +270,7 @@ class State:
         index: int,
         mode: str,
         profile: str | None,
+        total: int,
         free: int,
         unit: int,
         hbm: int,
@@ -279,6 +291,7 @@ class State:
         pool.local_of[index] = local
         pool.free.append(free)
         pool.cap.append(free)
+        pool.total.append(total)
         pool.unit.append(unit)
         pool.hbm_free.append(hbm)
         pool.hbm_claim.append(claim)
@@ -294,6 +307,9 @@ class State:
                 pool.by_free.append(set())
             pool.by_free[free].add(local)
             pool.free_devices += free
+            pool.free_eq += free * unit
+            pool.capacity_eq += total * unit
+            pool.outside_eq += (total - free) * unit
             self.class_free[node.gpu_class] += free * unit
 
     def _build_quotas(self) -> None:
@@ -393,6 +409,7 @@ class State:
                 pool.hbm_free[spot.local] += sign * spot.hbm
             if pool.eligible[spot.local]:
                 pool.bucket_move(spot.local, old, new)
+                pool.free_eq += sign * spot.eq
                 self.class_free[pool.gpu_class] += sign * spot.eq
         key = (alloc.team, alloc.gpu_class)
         if alloc.kind is CapacityKind.RESERVED and alloc.reservation_id in self.res_used:
@@ -433,6 +450,10 @@ class State:
         for pool in self.node_pools[index]:
             local = pool.local_of[index]
             free = pool.free[local]
+            unit = pool.unit[local]
+            pool.free_eq += sign * free * unit
+            pool.capacity_eq += sign * pool.total[local] * unit
+            pool.outside_eq += sign * (pool.total[local] - pool.cap[local]) * unit
             if eligible:
                 pool.eligible[local] = True
                 while free >= len(pool.by_free):
@@ -443,7 +464,7 @@ class State:
                 pool.by_free[max(0, free)].discard(local)
                 pool.free_devices -= max(0, free)
                 pool.eligible[local] = False
-            self.class_free[pool.gpu_class] += sign * free * pool.unit[local]
+            self.class_free[pool.gpu_class] += sign * free * unit
         gpu = node.gpu_class
         if gpu in self.class_capacity:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
@@ -489,7 +510,9 @@ class State:
 # ---------------------------------------------------------------------- placement
 
 
-def _tolerates(pool: Pool, local: int, tolerations: frozenset[str]) -> bool:
+def tolerates(pool: Pool, local: int, tolerations: frozenset[str]) -> bool:
+    """Whether a request with ``tolerations`` (taint keys, ``*`` for all) may use local node
+    ``local`` of ``pool``."""
     taints = pool.taints[local]
     return not taints or "*" in tolerations or taints <= tolerations
 
@@ -535,7 +558,7 @@ def place(
     for local, ok in enumerate(pool.eligible if eligible is None else eligible):
         if not ok or view[local] < shape.devices:
             continue
-        if pool.tainted and not _tolerates(pool, local, shape.tolerations):
+        if pool.tainted and not tolerates(pool, local, shape.tolerations):
             continue
         fit = pods_fit(pool, local, shape, view)
         if fit > 0:

@@ -196,6 +196,7 @@ def snapshot(**parts: Any) -> Snapshot:
         "pending",
         "gpu_classes",
         "capability_classes",
+        "probes",
     ):
         if name in parts:
             parts[name] = tuple(parts[name])

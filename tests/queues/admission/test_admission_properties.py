@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queues.admission import (
+    PROBE_USER,
     CapacityKind,
     MaintenanceState,
     MigSlots,
@@ -28,6 +29,7 @@ from queues.admission import (
     RunningJob,
     Snapshot,
     Team,
+    default_probe,
     plan,
 )
 from queues.admission.testing import CAPABILITIES, GPU_CLASSES, MIG_A100, MIG_H100, NOW, queue
@@ -45,14 +47,16 @@ QUEUES = (
         preemption="graceful",
         grace_period=timedelta(minutes=5),
         may_borrow=True,
+        tolerations=("dedicated",),
     ),
-    queue("scavenger", priority=0, preemption="preemptible", may_borrow=True),
+    queue("scavenger", priority=0, preemption="preemptible", may_borrow=True, tolerations=("*",)),
     queue("notebooks", priority=25, sharing="time-sliced"),
     queue("mig", priority=25, sharing="mig"),
     queue("inference", priority=40, reservation_only=True),
 )
 QUEUE_BY_NAME = {q.name: q for q in QUEUES}
 TEAMS = ("nlp", "vision", "search")
+TAINTS = ("dedicated=perf:NoSchedule",)  # batch tolerates it, scavenger every taint
 CLASSES = ("h100-80gb", "a100-40gb", "l4-24gb")
 SETTINGS = settings(
     max_examples=150,
@@ -104,6 +108,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
         if rng.random() < 0.2 and "mig" not in fields:
             fields["outside_gpu_eq"] = Fraction(rng.choice([1, 2]))
+        if rng.random() < 0.15:
+            fields["taints"] = rng.choice([TAINTS, (*TAINTS, "gpu-test:NoExecute")])
         nodes.append(Node(f"n{i}", gpu_class, rng.choice([1, 2, 4, 8]), **fields))
     teams = []
     for name in TEAMS:
@@ -128,27 +134,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
         )
     running = _running(nodes, teams, rng)
-    pending = []
-    for i in range(draw(st.integers(0, 8))):
-        queue_name = rng.choice(list(QUEUE_BY_NAME))
-        capability = rng.choice(["any-gpu", "any-40gb", "h100", "a100", "small-inference"])
-        if queue_name == "mig":
-            capability = rng.choice(["mig-1g", "mig-3g"])
-        pending.append(
-            PendingJob(
-                id=100 + i,
-                queue=queue_name,
-                team=rng.choice(TEAMS),
-                user=rng.choice(["ann", "bob"]),
-                capability=capability,
-                submitted_at=NOW - timedelta(minutes=rng.randint(1, 300)),
-                pods=rng.choice([1, 1, 1, 2, 3]),
-                gpus_per_pod=rng.choice([1, 1, 2, 4]),
-                memory_gb=rng.choice([None, 8, 20]) if queue_name == "notebooks" else None,
-                runtime_limit=rng.choice([None, timedelta(minutes=30), timedelta(hours=3)]),
-                priority=rng.choice([0, 0, 1]),
-            )
-        )
+    pending = [_random_job(rng, 100 + i) for i in range(draw(st.integers(0, 8)))]
     unreachable = NOW - timedelta(minutes=3) if rng.random() < 0.05 else None
     return Snapshot(
         now=NOW,
@@ -162,6 +148,48 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         pending=tuple(pending),
         cluster_unreachable_since=unreachable,
     )
+
+
+def _random_job(rng: random.Random, job_id: int) -> PendingJob:
+    queue_name = rng.choice(list(QUEUE_BY_NAME))
+    capability = rng.choice(["any-gpu", "any-40gb", "h100", "a100", "small-inference"])
+    if queue_name == "mig":
+        capability = rng.choice(["mig-1g", "mig-3g"])
+    return PendingJob(
+        id=job_id,
+        queue=queue_name,
+        team=rng.choice(TEAMS),
+        user=rng.choice(["ann", "bob"]),
+        capability=capability,
+        submitted_at=NOW - timedelta(minutes=rng.randint(1, 300)),
+        pods=rng.choice([1, 1, 1, 2, 3]),
+        gpus_per_pod=rng.choice([1, 1, 2, 4]),
+        memory_gb=rng.choice([None, 8, 20]) if queue_name == "notebooks" else None,
+        runtime_limit=rng.choice([None, timedelta(minutes=30), timedelta(hours=3)]),
+        priority=rng.choice([0, 0, 1]),
+    )
+
+
+@st.composite
+def snapshots_with_probes(draw: st.DrawFn) -> Snapshot:
+    """A snapshot plus 1-6 probes: queues' default jobs and random shapes, with ids that repeat
+    the real pending jobs' (100, 101, …) so that mixing the two up would show."""
+    snapshot = draw(snapshots())
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    probes = []
+    for i in range(draw(st.integers(1, 6))):
+        probe = None
+        if rng.random() < 0.5:
+            probe = default_probe(
+                rng.choice(QUEUES),
+                rng.choice(TEAMS),
+                NOW,
+                100 + i,
+                gpu_classes=GPU_CLASSES,
+                capability_classes=CAPABILITIES,
+            )
+        probes.append(probe or dataclasses.replace(_random_job(rng, 100 + i), user=PROBE_USER))
+    return dataclasses.replace(snapshot, probes=tuple(probes))
 
 
 def _running(nodes: list[Node], teams: list[Team], rng: random.Random) -> list[RunningJob]:
@@ -283,11 +311,15 @@ def test_no_node_is_over_committed(snapshot: Snapshot) -> None:
     for name, _, profile, devices, mem, *_ in holds(snapshot, result):
         used[(name, profile)] += devices
         memory[name] += mem
+    pending = {p.id: p for p in snapshot.pending}
     for admission in result.admissions:
+        tolerated = set(QUEUE_BY_NAME[pending[admission.job_id].queue].tolerations)
         for name in admission.nodes:
             node = nodes[name]
             assert node.healthy and node.maintenance is MaintenanceState.NONE
             assert node.gpu_class == admission.gpu_class
+            keys = {t.split(":")[0].split("=")[0] for t in node.taints}
+            assert "*" in tolerated or keys <= tolerated, (name, node.taints)
     for (name, profile), devices in used.items():
         assert devices <= node_capacity(nodes[name])[profile], (name, profile)
     for name, mem in memory.items():
@@ -338,7 +370,8 @@ def test_reserved_capacity_goes_only_to_holders_or_preemptible_borrowers(
     snapshot: Snapshot,
 ) -> None:
     """New work that is neither the holder's nor preemptible borrowing leaves every active
-    reservation's idle GPUs free."""
+    reservation's idle GPUs free. Preemptible borrowers admitted after it may still take them
+    (lending idle reserved GPUs to them is allowed), so what they were admitted is not counted."""
     result = plan(snapshot)
     pending = {p.id: p for p in snapshot.pending}
     nodes = {n.name: n for n in snapshot.nodes}
@@ -377,6 +410,16 @@ def test_reserved_capacity_goes_only_to_holders_or_preemptible_borrowers(
             used += eq
             if kind is CapacityKind.RESERVED and rid is not None:
                 reserved_use[rid] += eq
+        lent = sum(
+            (
+                a.gpu_eq
+                for a in result.admissions
+                if a.gpu_class == gpu_class
+                and a.capacity is CapacityKind.BORROWED
+                and a not in strict
+            ),
+            Fraction(0),
+        )
         # a team's own idle reservation is not "someone else's" capacity for its jobs
         strict_holders = {(pending[a.job_id].team, pending[a.job_id].queue) for a in strict}
         idle = sum(
@@ -389,7 +432,7 @@ def test_reserved_capacity_goes_only_to_holders_or_preemptible_borrowers(
             ),
             Fraction(0),
         )
-        assert used + idle <= capacity or _was_already_short(snapshot, gpu_class)
+        assert used - lent + idle <= capacity or _was_already_short(snapshot, gpu_class)
 
 
 def _was_already_short(snapshot: Snapshot, gpu_class: str) -> bool:
@@ -430,7 +473,7 @@ def test_every_waiting_job_has_a_reason_and_a_start_not_before_now(snapshot: Sna
             assert start.at is not None
 
 
-@given(snapshots(), st.randoms(use_true_random=False))
+@given(snapshots_with_probes(), st.randoms(use_true_random=False))
 @SETTINGS
 def test_the_plan_is_deterministic_whatever_the_input_order(
     snapshot: Snapshot, rnd: random.Random
@@ -441,8 +484,44 @@ def test_the_plan_is_deterministic_whatever_the_input_order(
         running=tuple(rnd.sample(snapshot.running, len(snapshot.running))),
         pending=tuple(rnd.sample(snapshot.pending, len(snapshot.pending))),
         teams=tuple(rnd.sample(snapshot.teams, len(snapshot.teams))),
+        probes=tuple(rnd.sample(snapshot.probes, len(snapshot.probes))),
     )
     assert plan(shuffled).to_dict() == plan(snapshot).to_dict()
+
+
+# ---------------------------------------------------------------------- probes
+
+
+@given(snapshots_with_probes())
+@SETTINGS
+def test_probes_change_nothing_for_real_jobs(snapshot: Snapshot) -> None:
+    """Admissions, preemptions and every real job's status (reasons, estimate, position) are the
+    same without the probes; every probe gets an estimate, never before now."""
+    result = plan(snapshot)
+    without = plan(dataclasses.replace(snapshot, probes=()))
+    assert dataclasses.replace(result, probe_estimates=()) == without
+    assert [job_id for job_id, _ in result.probe_estimates] == sorted(p.id for p in snapshot.probes)
+    for _, estimate in result.probe_estimates:
+        assert (estimate.at is None) == bool(estimate.why_unknown)
+        assert estimate.at is None or estimate.at >= NOW
+
+
+@given(snapshots_with_probes())
+@SETTINGS
+def test_a_probe_starts_now_when_a_real_twin_in_its_place_would_be_admitted(
+    snapshot: Snapshot,
+) -> None:
+    """A probe is checked at its place in plan order with the admission rules: a real job with
+    its fields, submitted now, would be admitted exactly there."""
+    if snapshot.cluster_unreachable_since is not None:
+        return  # nothing is admitted then
+    result = plan(snapshot)
+    for probe in snapshot.probes:
+        twin = dataclasses.replace(probe, id=10_000 + probe.id, submitted_at=NOW)
+        trial = dataclasses.replace(snapshot, pending=(*snapshot.pending, twin), probes=())
+        if plan(trial).admission(twin.id) is not None:
+            estimate = result.probe_estimate(probe.id)
+            assert estimate is not None and estimate.at == NOW, (probe, estimate)
 
 
 # ---------------------------------------------------------------------- the what-if check

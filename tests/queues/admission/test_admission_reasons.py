@@ -374,3 +374,203 @@ def test_cluster_unreachable_binds_first_and_admits_nothing() -> None:
         ReasonCode.CLUSTER_UNREACHABLE,
         ReasonCode.QUOTA_EXCEEDED,
     ]
+
+
+# ---------------------------------------------------------------------- taints
+
+A100 = "a100-40gb"
+PERF = ("dedicated=perf:NoSchedule",)
+
+
+def tainted_cluster(**overrides: object) -> dict[str, object]:
+    """An exclusive A100 node half used by the team, and an H100 node tainted for perf work."""
+    cluster: dict[str, object] = {
+        "nodes": [node("a100-1", A100), node("h100-perf", H100, taints=PERF)],
+        "queues": [
+            queue("training", preemption="graceful", may_borrow=True, gpu_classes=(A100, H100))
+        ],
+        "teams": [team("vision", {A100: (4, 4), H100: 8})],
+        "running": [running(1, "vision", "a100-1", 4, gpu_class=A100)],
+        "pending": [pending(10, "vision", gpus=8)],
+    }
+    cluster.update(overrides)
+    return cluster
+
+
+def test_free_gpus_only_on_untolerated_nodes_name_the_taint_not_fragmentation() -> None:
+    result = plan(snapshot(**tainted_cluster()))
+    taint, quota, capacity = reasons_of(result, 10)
+    assert taint.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert taint.message == (
+        "8 free h100-80gb GPUs are only on nodes with taints queue training does not tolerate "
+        "(h100-perf: dedicated=perf:NoSchedule); needs 8"
+    )
+    assert taint.details == {
+        "gpu_class": H100,
+        "queue": "training",
+        "unit": "GPU",
+        "requested": 8,
+        "free": 0,
+        "tainted_free": 8,
+        "tainted_free_gpu_eq": 8,
+        "nodes": ["h100-perf"],
+        "taints": {"h100-perf": ["dedicated=perf:NoSchedule"]},
+    }
+    assert taint.hint == ""  # no queue of the team tolerates it: nothing true to propose
+    assert quota.code is ReasonCode.QUOTA_EXCEEDED
+    assert capacity.message == "needs 8 a100-40gb GPUs; 4 free"
+    # the A100 frees when job 1 ends; the H100 never takes it
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=3)  # type: ignore[union-attr]
+
+
+def test_the_taint_hint_names_a_queue_of_the_team_that_tolerates_it() -> None:
+    queues = [
+        queue("training", preemption="graceful", may_borrow=True, gpu_classes=(A100, H100)),
+        queue("perf", tolerations=("dedicated",), gpu_classes=(H100,)),
+        queue("closed", tolerations=("dedicated",), teams=("nlp",)),
+    ]
+    result = plan(snapshot(**tainted_cluster(queues=queues)))
+    taint = reasons_of(result, 10)[0]
+    assert taint.hint == "queue `perf` tolerates the taints on h100-perf"
+
+    moved = plan(
+        snapshot(**tainted_cluster(queues=queues, pending=[pending(10, "vision", "perf", gpus=8)]))
+    )
+    assert [(a.job_id, a.nodes) for a in moved.admissions] == [(10, ("h100-perf",))]
+
+
+def test_fragmentation_is_claimed_only_over_nodes_the_queue_tolerates() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1", gpus=4), node("n2", gpus=4), node("h100-perf", gpus=4, taints=PERF)],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 2), running(2, "vision", "n2", 2)],
+            pending=[pending(10, "vision", gpus=4)],
+        )
+    )
+    fragmentation, taint = reasons_of(result, 10)
+    assert fragmentation.code is ReasonCode.FRAGMENTATION
+    assert (
+        fragmentation.message == "needs 4 GPUs on 1 node; 4 free across 2 nodes (largest block 2)"
+    )
+    assert fragmentation.details["free"] == 4
+    assert fragmentation.hint == "as 2 pods × 2 GPUs it would fit now"
+    assert taint.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert taint.message == (
+        "4 of the 8 free h100-80gb GPUs are on nodes with taints queue training does not "
+        "tolerate (h100-perf: dedicated=perf:NoSchedule); needs 4, 4 free on the others"
+    )
+
+
+def test_a_shortage_the_tainted_nodes_do_not_cover_stays_a_plain_shortage() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1", gpus=4), node("h100-perf", gpus=2, taints=PERF)],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 2)],
+            pending=[pending(10, "vision", gpus=8)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == (
+        "needs 8 h100-80gb GPUs; 2 free; 2 more on nodes with taints queue training does not "
+        "tolerate (h100-perf: dedicated=perf:NoSchedule)"
+    )
+    assert reason.details["free"] == 2
+    assert reason.details["tainted_free"] == 2
+    assert reason.details["tainted_nodes"] == ["h100-perf"]
+    assert reason.details["capacity_gpu_eq"] == 4  # the nodes the queue may use
+    assert result.status(10).estimated_start.why_unknown == (  # type: ignore[union-attr]
+        "does not fit the h100-80gb nodes even when they are empty"
+    )
+
+
+def test_a_job_that_fits_only_tainted_nodes_says_so_as_why_its_start_is_unknown() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1", gpus=4), node("h100-perf", taints=PERF)],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "h100-perf", 2, queue="perf")],
+            pending=[pending(10, "vision", gpus=8)],
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    # the 6 tainted GPUs would cover the 4 missing: the taint binds
+    assert status.binding.message == (
+        "6 of the 10 free h100-80gb GPUs are on nodes with taints queue training does not "
+        "tolerate (h100-perf: dedicated=perf:NoSchedule); needs 8, 4 free on the others"
+    )
+    assert status.estimated_start.why_unknown == (
+        "fits only h100-80gb nodes with taints queue training does not tolerate"
+    )
+
+
+def test_capacity_details_count_only_the_pool_the_request_can_use() -> None:
+    """A MIG-partitioned A100 next to a100-1: its slices are no capacity for 8 whole GPUs."""
+    mig_node = node("a100-mig", A100, mig=(MigSlots("1g.5gb", 28), MigSlots("3g.20gb", 8)))
+    nodes = [node("a100-1", A100), mig_node, node("h100-perf", H100, taints=PERF)]
+    result = plan(snapshot(**tainted_cluster(nodes=nodes)))
+    capacity = next(
+        r
+        for r in reasons_of(result, 10)
+        if r.details.get("gpu_class") == A100 and r.code is ReasonCode.INSUFFICIENT_CAPACITY
+    )
+    assert capacity.message == "needs 8 a100-40gb GPUs; 4 free"
+    assert capacity.details == {
+        "gpu_class": A100,
+        "requested": 8,
+        "free": 4,
+        "unit": "GPU",
+        "requested_gpu_eq": 8,
+        "free_gpu_eq": 4,
+        "capacity_gpu_eq": 8,
+        "outside_gpu_eq": 0,
+    }
+
+
+def test_a_drained_node_the_queue_could_never_use_is_not_blamed() -> None:
+    drained = {
+        "maintenance": MaintenanceState.DRAINING,
+        "maintenance_reason": "kernel upgrade",
+        "maintenance_until": NOW + timedelta(hours=2),
+    }
+    cluster = {
+        "teams": [team("vision", {H100: 24})],
+        "running": [running(1, "vision", "n1", 8)],
+        "pending": [pending(10, "vision", gpus=4)],
+    }
+    tainted = plan(snapshot(**cluster, nodes=[node("n1"), node("n2", taints=PERF, **drained)]))
+    [reason] = reasons_of(tainted, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == "needs 4 h100-80gb GPUs; 0 free"
+
+    # a queue that tolerates every taint waits for it like for any drained node
+    wildcard = [queue("training", tolerations=("*",))]
+    tolerated = plan(
+        snapshot(**cluster, queues=wildcard, nodes=[node("n1"), node("n2", taints=PERF, **drained)])
+    )
+    assert reasons_of(tolerated, 10)[0].message == (
+        "1 of the 2 matching nodes is in maintenance (n2: kernel upgrade, back 14:00 UTC); "
+        "they hold 8 free GPUs"
+    )
+
+
+def test_mig_slices_on_untolerated_nodes_are_named_in_slices() -> None:
+    result = plan(
+        snapshot(
+            queues=[queue("mig", sharing="mig")],
+            nodes=[node("m1", mig=(MigSlots("1g.10gb", 7),), taints=PERF)],
+            teams=[team("vision", {H100: 8})],
+            pending=[pending(10, "vision", "mig", "mig-1g", gpus=2)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == (
+        "7 free 1g.10gb slices of h100-80gb are only on nodes with taints queue mig does not "
+        "tolerate (m1: dedicated=perf:NoSchedule); needs 2"
+    )
+    assert (reason.details["unit"], reason.details["profile"]) == ("slice", "1g.10gb")
+    assert reason.details["tainted_free_gpu_eq"] == 1

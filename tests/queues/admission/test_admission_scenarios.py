@@ -7,10 +7,25 @@ import json
 import subprocess
 import sys
 from datetime import timedelta
+from fractions import Fraction
 from pathlib import Path
 
-from queues.admission import CapacityKind, ReasonCode, explain, plan
+import pytest
+
+from queues.admission import (
+    PROBE_USER,
+    CapacityKind,
+    EstimatedStart,
+    MigSlots,
+    PendingJob,
+    ReasonCode,
+    default_probe,
+    explain,
+    plan,
+)
 from queues.admission.testing import (
+    CAPABILITIES,
+    GPU_CLASSES,
     NOW,
     STANDARD_QUEUES,
     node,
@@ -284,3 +299,188 @@ def test_explain_finds_a_queue_that_would_start_the_job_now() -> None:
         (a.queue, a.capability, a.admitted_now) for a in result.alternatives
     ]
     assert all(a.queue == "batch" for a in result.alternatives if a.admitted_now)
+
+
+# ---------------------------------------------------------------------- probes
+
+
+def probe_for(queue_name: str, team_name: str, probe_id: int, **fields: object) -> PendingJob:
+    """The default probe of a standard queue, optionally reshaped."""
+    terms = next(q for q in STANDARD_QUEUES if q.name == queue_name)
+    probe = default_probe(
+        terms, team_name, NOW, probe_id, gpu_classes=GPU_CLASSES, capability_classes=CAPABILITIES
+    )
+    assert probe is not None
+    return dataclasses.replace(probe, **fields)
+
+
+def test_a_probe_on_an_idle_cluster_starts_now() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 8})],
+            probes=[probe_for("training", "vision", 1)],
+        )
+    )
+    assert result.admissions == () and result.pending == ()
+    assert result.probe_estimates == ((1, EstimatedStart(at=NOW)),)
+    assert result.to_dict()["probe_estimates"] == [
+        {
+            "job_id": 1,
+            "estimated_start": {
+                "at": "2025-03-03T12:00:00+00:00",
+                "why_unknown": "",
+                "range_low": None,
+                "range_high": None,
+            },
+        }
+    ]
+
+
+def test_a_probe_behind_a_running_job_that_fills_the_class_starts_when_that_job_must_end() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 8, runtime=timedelta(hours=4))],
+            probes=[probe_for("training", "vision", 1)],
+        )
+    )
+    # started an hour ago with a 4 h limit
+    assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=3))
+
+
+def test_a_probe_waits_behind_real_jobs_ahead_of_it_and_delays_none() -> None:
+    cluster = {
+        "nodes": [node("n1")],
+        "teams": [team("vision", {H100: 16})],
+        "running": [running(1, "vision", "n1", 8, runtime=timedelta(hours=4))],
+        "pending": [
+            pending(10, "vision", "training", gpus=8, runtime_limit=timedelta(hours=2)),
+            pending(11, "vision", "batch", gpus=1),
+        ],
+    }
+    probes = [
+        probe_for("training", "vision", 1),  # behind job 10, submitted earlier
+        probe_for("interactive", "vision", 2),  # a higher-priority queue: ahead of job 10
+        probe_for("batch", "vision", 10),  # ids may repeat real ones; answers stay apart
+    ]
+    without = plan(snapshot(**cluster))
+    result = plan(snapshot(**cluster, probes=probes))
+
+    assert [(job_id, e.at) for job_id, e in result.probe_estimates] == [
+        (1, NOW + timedelta(hours=5)),  # job 10 runs 15:00-17:00 on the whole node
+        (2, NOW + timedelta(hours=3)),
+        (10, NOW + timedelta(hours=5)),
+    ]
+    assert dataclasses.replace(result, probe_estimates=()) == without
+    assert result.status(10).estimated_start.at == NOW + timedelta(hours=3)  # type: ignore[union-attr]
+
+
+def test_a_probe_does_not_hold_back_the_jobs_behind_it_so_they_may_go_first() -> None:
+    """Unlike a real job in its place, a probe sets no EASY shadow: the smaller job behind it is
+    admitted now, and the probe's estimate waits for it too."""
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 4, runtime=timedelta(hours=4))],
+            pending=[pending(10, "vision", "training", gpus=2)],
+            probes=[probe_for("interactive", "vision", 1, gpus_per_pod=8)],
+        )
+    )
+    assert [a.job_id for a in result.admissions] == [10]
+    # job 1 ends at 15:00, job 10 (8 h default runtime) at 20:00
+    assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=8))
+
+
+def test_a_probe_that_can_never_start_says_why() -> None:
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 4})],
+            probes=[
+                probe_for("training", "vision", 1, gpus_per_pod=8),
+                probe_for("training", "vision", 2, capability="no-such-class"),
+            ],
+        )
+    )
+    assert result.probe_estimate(1) == EstimatedStart(
+        at=None,
+        why_unknown="needs more h100-80gb than team vision's quota and reservations ever allow",
+    )
+    assert result.probe_estimate(2) == EstimatedStart(
+        at=None, why_unknown="capability class no-such-class does not exist"
+    )
+    assert result.probe_estimate(3) is None
+
+
+def test_probe_ids_must_be_unique() -> None:
+    probe = probe_for("training", "vision", 1)
+    with pytest.raises(ValueError, match="unique"):
+        snapshot(probes=[probe, probe])
+
+
+def test_the_default_probe_is_one_device_of_the_cheapest_allowed_class_at_the_default_runtime() -> (
+    None
+):
+    catalog = {"gpu_classes": GPU_CLASSES, "capability_classes": CAPABILITIES}
+    training = default_probe(STANDARD_QUEUES[1], "vision", NOW, 7, **catalog)
+    assert training == PendingJob(
+        id=7,
+        queue="training",
+        team="vision",
+        user=PROBE_USER,
+        capability="any-gpu",  # the first capability (by name) that matches t4-16gb
+        submitted_at=NOW,
+    )
+    assert training.runtime_limit is None and (training.pods, training.gpus_per_pod) == (1, 1)
+
+    big = queue("big", gpu_classes=("a100-40gb", H100), capability_classes=("h100", "any-40gb"))
+    assert default_probe(big, "vision", NOW, 1, **catalog).capability == "any-40gb"  # type: ignore[union-attr]
+
+    mig = queue("mig", sharing="mig", capability_classes=("mig-3g", "mig-1g", "any-gpu"))
+    assert default_probe(mig, "vision", NOW, 1, **catalog).capability == "mig-1g"  # type: ignore[union-attr]
+    assert (
+        default_probe(
+            queue("mig", sharing="mig", capability_classes=("any-gpu",)),
+            "vision",
+            NOW,
+            1,
+            **catalog,
+        )
+        is None
+    )
+
+    notebooks = queue("notebooks", sharing="time-sliced", gpu_classes=("l4-24gb",))
+    sliced = default_probe(notebooks, "vision", NOW, 1, **catalog)
+    assert sliced is not None and (sliced.capability, sliced.gpus_per_pod) == ("any-gpu", 1)
+
+    with pytest.raises(ValueError, match="team vision may not submit to queue private"):
+        default_probe(queue("private", teams=("nlp",)), "vision", NOW, 1, **catalog)
+
+
+def test_mig_and_time_sliced_probes_take_one_slice_or_replica() -> None:
+    catalog = {"gpu_classes": GPU_CLASSES, "capability_classes": CAPABILITIES}
+    mig = queue("mig", sharing="mig", default_runtime=timedelta(hours=2))
+    notebooks = queue("notebooks", sharing="time-sliced")
+    probes = [
+        default_probe(mig, "vision", NOW, 1, **catalog),
+        default_probe(notebooks, "vision", NOW, 2, **catalog),
+    ]
+    result = plan(
+        snapshot(
+            queues=[mig, notebooks],
+            nodes=[
+                node("m1", mig=(MigSlots("1g.10gb", 1),)),
+                node("l1", "l4-24gb", gpus=1, time_slice_replicas=4),
+            ],
+            teams=[team("vision", {H100: 1, "l4-24gb": 1})],
+            running=[
+                running(1, "vision", "m1", Fraction(1, 7), queue="mig", mig_profile="1g.10gb"),
+            ],
+            probes=probes,
+        )
+    )
+    assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=3))
+    assert result.probe_estimate(2) == EstimatedStart(at=NOW)
