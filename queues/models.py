@@ -483,6 +483,16 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"job {self.pk} ({self.state})"
 
+    @property
+    def is_active(self) -> bool:
+        """Not finished yet: pending, admitted, running or preempted (waiting to requeue)."""
+        return self.state in ACTIVE_JOB_STATES
+
+    @property
+    def is_live(self) -> bool:
+        """Still changing: active, or its pods are still terminating."""
+        return self.is_active or self.terminating
+
 
 class JobEvent(models.Model):
     """One entry of a job's timeline (submitted, admitted, started, preempted, finished…)."""

@@ -29,3 +29,9 @@ def gpus(value: Decimal | int | None) -> str:
         if number != number.to_integral_value()
         else str(int(number))
     )
+
+
+@register.inclusion_tag("_time.html")
+def when(value: object) -> dict[str, object]:
+    """A time stamp as ``<time>``: UTC in the markup (and on hover), local time on screen."""
+    return {"value": value}

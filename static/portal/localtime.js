@@ -1,0 +1,15 @@
+// Show <time datetime="…"> elements in the viewer's time zone; the UTC value stays on hover.
+(function () {
+  function localize(root) {
+    root.querySelectorAll("time[datetime]").forEach(function (el) {
+      var when = new Date(el.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      if (!el.title) el.title = el.textContent.trim();
+      el.textContent = when.toLocaleString([], {
+        year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit",
+      });
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { localize(document); });
+  document.addEventListener("htmx:afterSwap", function (e) { localize(e.target); });
+})();
