@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test lint format bench venv clean
+.PHONY: demo test lint format bench venv clean chromium
 
 venv: $(STAMP)
 
@@ -26,8 +26,14 @@ demo: $(STAMP)
 	$(PY) manage.py seed_demo --jobs
 	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The browser tests drive Debian's chromium package; install it when missing (as root).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -8,6 +8,7 @@ cluster through ``CLUSTER_MODE``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
@@ -96,7 +97,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test.sqlite3")
+    # A file (not memory) so that test threads (live server, workers) share it; one per process
+    # so that test runs side by side never write the same file.
+    _test_db = VAR_DIR / f"test-{os.getpid()}.sqlite3"
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(_test_db)
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True

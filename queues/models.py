@@ -614,3 +614,22 @@ class ClusterStatus(models.Model):
 
     def __str__(self) -> str:
         return "reachable" if self.reachable else f"unreachable since {self.unreachable_since}"
+
+
+class QueueEstimate(models.Model):
+    """When a queue's default job would start for a team now (1 GPU-equivalent, default runtime,
+    cheapest allowed class), as the last reconcile's forward simulation bounds it."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="estimates")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="queue_estimates")
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    note = models.CharField(max_length=300, blank=True)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "team"], name="queue_estimate_one_per_team")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} for {self.team}: {self.estimated_start}"

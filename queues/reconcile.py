@@ -12,6 +12,7 @@ Killing the process anywhere and running the next cycle loses nothing and does n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter, defaultdict
@@ -40,6 +41,9 @@ from queues.models import (
     JobState,
     Node,
     PreemptionClass,
+    Queue,
+    QueueEstimate,
+    Team,
     UsageInterval,
 )
 from queues.services import lease_acquire, lease_release
@@ -153,8 +157,10 @@ def reconcile_cycle(
         unknown = unknown_jobs(view)
         jobs_sync(view, now=now, report=report)
         usage_sync(view, now=now, report=report)
-        plan = engine.plan(snapshot_build(now=now))
+        snapshot = with_default_probes(snapshot_build(now=now))
+        plan = engine.plan(snapshot)
         plan_apply(plan, now=now, report=report)
+        queue_estimates_store(snapshot, plan, now=now)
         try:
             cluster_apply(cluster, view, now=now, report=report)
         except ClusterUnreachable as exc:
@@ -694,6 +700,45 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
 
 def _mig_profile(job: Job) -> str:
     return job.mig_profile or job.capability_class.mig_profile
+
+
+def with_default_probes(snapshot: engine.Snapshot) -> engine.Snapshot:
+    """Add one probe per queue and team that may use it: the queue's default job, whose
+    estimated start is the queue's published expected wait for that team."""
+    probes = []
+    for queue in snapshot.queues:
+        for team in queue.teams:
+            probe = engine.default_probe(
+                queue,
+                team,
+                snapshot.now,
+                len(probes) + 1,
+                gpu_classes=snapshot.gpu_classes,
+                capability_classes=snapshot.capability_classes,
+            )
+            if probe is not None:
+                probes.append(probe)
+    return dataclasses.replace(snapshot, probes=tuple(probes))
+
+
+def queue_estimates_store(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetime) -> None:
+    estimates = dict(plan.probe_estimates)
+    queues = dict(Queue.objects.values_list("name", "pk"))
+    teams = dict(Team.objects.values_list("name", "pk"))
+    rows = [
+        QueueEstimate(
+            queue_id=queues[probe.queue],
+            team_id=teams[probe.team],
+            estimated_start=estimates[probe.id].at,
+            note=estimates[probe.id].why_unknown[:300],
+            computed_at=now,
+        )
+        for probe in snapshot.probes
+        if probe.id in estimates and probe.queue in queues and probe.team in teams
+    ]
+    with transaction.atomic():
+        QueueEstimate.objects.all().delete()
+        QueueEstimate.objects.bulk_create(rows)
 
 
 # --- Acting on the cluster -----------------------------------------------------------------------

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
-from django.db.models import F, Prefetch, Q, QuerySet
+from django.db.models import Count, F, Prefetch, Q, QuerySet
 
 from chargeback.models import RateCard, RateCardWeight
 from portal.roles import is_admin
@@ -16,11 +21,16 @@ from queues.models import (
     GpuClass,
     Job,
     JobState,
+    Node,
     Queue,
+    QueueEstimate,
     Reservation,
     Team,
 )
 from queues.policy import Policy
+
+if TYPE_CHECKING:
+    from queues.cluster.adapter import Cluster
 
 
 def policy_current() -> Policy:
@@ -230,3 +240,153 @@ def queue_pending(queue: Queue, user: Any) -> list[QueueEntry]:
         .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")
     )
     return [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in pending]
+
+
+@dataclass(frozen=True)
+class PodLog:
+    """The last lines of one pod's log (empty before the container starts or after it is gone)."""
+
+    pod: str
+    node: str
+    phase: str
+    lines: list[str]
+
+
+def job_pod_logs(job: Job, *, cluster: Cluster, tail_lines: int = 50) -> list[PodLog]:
+    """The last ``tail_lines`` lines of each of the job's pods, pods by name; none for a job that
+    never reached the cluster (no Kubernetes Job name), without asking it. One list request plus
+    one log request per pod; raises ``ClusterUnreachable`` when the cluster does not answer."""
+    if not job.k8s_job_name:
+        return []
+    namespace = job.team.namespace
+    pods = sorted(cluster.pods_of_job(namespace, job.pk), key=lambda p: p["metadata"]["name"])
+    logs = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        text = cluster.pod_log(namespace, name, tail_lines=tail_lines)
+        logs.append(
+            PodLog(
+                pod=name,
+                node=(pod.get("spec") or {}).get("nodeName") or "",
+                phase=(pod.get("status") or {}).get("phase") or "",
+                lines=text.splitlines()[-tail_lines:] if text else [],
+            )
+        )
+    return logs
+
+
+# --- The catalog's live state --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueLive:
+    """What a queue looks like now: its expected wait for the viewer's teams against its target,
+    historical waits, how many jobs wait and run, and free GPU-equivalents per allowed class."""
+
+    expected_wait: timedelta | None
+    expected_note: str
+    wait_p50: timedelta | None
+    wait_p90: timedelta | None
+    pending: int
+    running: int
+    free: dict[str, Decimal]
+
+    def over_target(self, target: timedelta) -> bool:
+        return self.expected_wait is not None and self.expected_wait > target
+
+
+HISTORY_WINDOW = timedelta(days=14)
+
+
+def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
+    """Nearest-rank percentile (None without data)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
+    """Free GPU-equivalents per GPU class: healthy, in-service capacity minus what pods hold
+    (the portal's and others'). A fixed number of queries."""
+    free: dict[str, Fraction] = defaultdict(Fraction)
+    replicas: dict[str, int] = {}
+    classes = {g.pk: g for g in GpuClass.objects.all()}
+    for node in Node.objects.filter(gpu_class__isnull=False):
+        replicas[node.name] = node.time_slice_replicas
+        if not node.healthy or node.maintenance:
+            continue
+        gpu_class = classes[node.gpu_class_id]
+        if node.mig_layout:
+            capacity = sum(
+                (
+                    n * gpu_class.mig_share(p)
+                    for p, n in node.mig_layout.items()
+                    if p in gpu_class.mig_profiles
+                ),
+                Fraction(0),
+            )
+        else:
+            capacity = Fraction(node.gpu_count)
+        free[gpu_class.name] += capacity - Fraction(str(node.gpus_used_outside))
+    holding = Job.objects.filter(
+        Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
+        gpu_class__isnull=False,
+    ).only("pods", "gpus_per_pod", "mig_profile", "nodes", "gpu_class_id")
+    for job in holding:
+        gpu_class = classes[job.gpu_class_id]
+        if job.mig_profile and job.mig_profile in gpu_class.mig_profiles:
+            per_pod = job.gpus_per_pod * gpu_class.mig_share(job.mig_profile)
+        else:
+            per_pod = Fraction(
+                job.gpus_per_pod, max((replicas.get(n, 1) for n in job.nodes), default=1)
+            )
+        free[gpu_class.name] -= per_pod * job.pods
+    return {
+        name: (Decimal(max(v, 0).numerator) / Decimal(max(v, 0).denominator)).quantize(
+            Decimal("0.01")
+        )
+        for name, v in free.items()
+    }
+
+
+def queues_live(queues: list[Queue], user: Any, *, now: datetime) -> dict[int, QueueLive]:
+    """The live state of ``queues`` as ``user`` sees it (expected wait: the soonest of their
+    teams'); a fixed number of queries however many queues and jobs."""
+    ids = [q.pk for q in queues]
+    team_ids = set(Team.objects.filter(members=user).values_list("pk", flat=True))
+    estimates: dict[int, list[tuple[datetime | None, str]]] = defaultdict(list)
+    for queue_id, team_id, start, note in QueueEstimate.objects.filter(
+        queue_id__in=ids
+    ).values_list("queue_id", "team_id", "estimated_start", "note"):
+        if team_id in team_ids or is_admin(user):
+            estimates[queue_id].append((start, note))
+    counts: dict[tuple[int, str], int] = {
+        (row["queue_id"], row["state"]): row["n"]
+        for row in Job.objects.filter(
+            queue_id__in=ids, state__in=(JobState.PENDING, JobState.RUNNING)
+        )
+        .values("queue_id", "state")
+        .annotate(n=Count("id"))
+    }
+    waits: dict[int, list[timedelta]] = defaultdict(list)
+    for queue_id, submitted, admitted in Job.objects.filter(
+        queue_id__in=ids, admitted_at__gte=now - HISTORY_WINDOW
+    ).values_list("queue_id", "submitted_at", "admitted_at"):
+        waits[queue_id].append(admitted - submitted)
+    free = free_gpu_equivalents(now)
+    live = {}
+    for queue in queues:
+        known = [s for s, _ in estimates[queue.pk] if s is not None]
+        soonest = min(known) if known else None
+        notes = [n for s, n in estimates[queue.pk] if s is None and n]
+        live[queue.pk] = QueueLive(
+            expected_wait=max(soonest - now, timedelta(0)) if soonest else None,
+            expected_note="" if soonest else (notes[0] if notes else "no estimate yet"),
+            wait_p50=percentile(waits[queue.pk], 0.5),
+            wait_p90=percentile(waits[queue.pk], 0.9),
+            pending=counts.get((queue.pk, JobState.PENDING), 0),
+            running=counts.get((queue.pk, JobState.RUNNING), 0),
+            free={g.name: free.get(g.name, Decimal(0)) for g in queue.allowed_gpu_classes.all()},
+        )
+    return live

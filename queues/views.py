@@ -5,17 +5,22 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
-from queues.selectors import queues_visible_to, teams_of
+from queues.selectors import queue_pending, queues_live, queues_visible_to, teams_of
 
 
 @login_required
 def catalog(request: HttpRequest) -> HttpResponse:
-    queues = queues_visible_to(request.user)
+    queues = list(queues_visible_to(request.user))
+    live = queues_live(queues, request.user, now=timezone.now())
     return render(
         request,
         "queues/catalog.html",
-        {"queues": queues, "my_teams": teams_of(request.user)},
+        {
+            "queues": [(queue, live[queue.pk]) for queue in queues],
+            "my_teams": teams_of(request.user),
+        },
     )
 
 
@@ -30,5 +35,11 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
     return render(
         request,
         "queues/queue_detail.html",
-        {"queue": queue, "capabilities": capabilities, "my_teams": teams_of(request.user)},
+        {
+            "queue": queue,
+            "capabilities": capabilities,
+            "my_teams": teams_of(request.user),
+            "live": queues_live([queue], request.user, now=timezone.now())[queue.pk],
+            "pending": queue_pending(queue, request.user),
+        },
     )

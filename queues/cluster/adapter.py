@@ -142,6 +142,14 @@ class Cluster:
                 return ""  # not started yet, or gone
             raise
 
+    def pods_of_job(self, namespace: str, job_id: int) -> list[dict[str, Any]]:
+        """The pods of portal job ``job_id`` in ``namespace`` (raw JSON), in any phase."""
+        return self._list(
+            self.core.list_namespaced_pod,
+            namespace=namespace,
+            label_selector=f"{JOB_ID_LABEL}={job_id}",
+        ).items
+
     def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
         listing = self._call(
             self.core.list_namespaced_event,

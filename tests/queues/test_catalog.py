@@ -28,7 +28,7 @@ class TestCatalogPage:
         response = page_client(mia).get("/queues/")
 
         assert response.status_code == 200
-        names = [q.name for q in response.context["queues"]]
+        names = [q.name for q, _ in response.context["queues"]]
         # mia is in vision and nlp; inference is for search and speech only.
         assert names == ["interactive", "interactive-mig", "training", "batch"]
         html = response.content.decode()
@@ -75,21 +75,25 @@ class TestCatalogPage:
 
         response = page_client(mia).get("/queues/")
 
-        assert "batch" not in [q.name for q in response.context["queues"]]
+        assert "batch" not in [q.name for q, _ in response.context["queues"]]
 
-    def test_listing_costs_the_same_queries_however_many_queues(
-        self, mia, django_assert_max_num_queries
-    ):
+    def test_listing_costs_the_same_queries_however_many_queues(self, mia):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
         client = page_client(mia)
         client.get("/queues/")
+        with CaptureQueriesContext(connection) as few:
+            client.get("/queues/")
         team = mia.gpu_teams.first()
         for n in range(20):
             QueueFactory(name=f"extra-{n}").teams.add(team)
 
-        with django_assert_max_num_queries(12):
+        with CaptureQueriesContext(connection) as many:
             response = client.get("/queues/")
 
         assert len(response.context["queues"]) == 24
+        assert len(many.captured_queries) == len(few.captured_queries)
 
 
 class TestQueueDetailPage:
@@ -238,3 +242,110 @@ class TestCatalogApi:
             response = client.get("/api/queues/?page_size=100")
 
         assert response.json()["count"] == 19
+
+
+class TestLiveState:
+    def test_the_catalog_shows_the_soonest_expected_wait_of_the_members_teams(self, mia):
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from queues.models import QueueEstimate, Team
+
+        now = timezone.now()
+        batch = Queue.objects.get(name="batch")
+        for team, minutes in (("vision", 30), ("nlp", 120), ("speech", 1)):
+            QueueEstimate.objects.create(
+                queue=batch,
+                team=Team.objects.get(name=team),
+                estimated_start=now + timedelta(minutes=minutes, seconds=30),
+                computed_at=now,
+            )
+
+        response = page_client(mia).get("/queues/")
+
+        live = dict((q.name, state) for q, state in response.context["queues"])["batch"]
+        assert timedelta(minutes=29) < live.expected_wait <= timedelta(minutes=31)
+        html = response.content.decode()
+        batch_card = html[html.index('id="queue-batch"') :]
+        assert "Expected wait now" in batch_card
+        assert "(target 2h)" in batch_card
+
+    def test_free_gpus_count_healthy_in_service_capacity_minus_what_pods_hold(self, mia):
+        from decimal import Decimal
+
+        from queues.models import GpuClass, Job, Node
+        from tests.factories import JobFactory
+
+        a100 = GpuClass.objects.get(name="a100-80gb")
+        Node.objects.create(name="a1", gpu_class=a100, gpu_count=8, gpus_used_outside=Decimal(1))
+        Node.objects.create(name="a2", gpu_class=a100, gpu_count=8, healthy=False)
+        Node.objects.create(name="a3", gpu_class=a100, gpu_count=8, maintenance="cordoned")
+        Node.objects.create(name="mig", gpu_class=a100, gpu_count=4, mig_layout={"3g.40gb": 8})
+        JobFactory(state="running", gpu_class=a100, nodes=["a1", "a1"], pods=2, gpus_per_pod=2)
+        JobFactory(
+            state="running",
+            gpu_class=a100,
+            nodes=["mig"],
+            pods=1,
+            gpus_per_pod=1,
+            mig_profile="3g.40gb",
+        )
+        assert Job.objects.count() == 2
+
+        live = dict((q.name, state) for q, state in page_client(mia).get("/queues/").context["queues"])
+
+        # 8 − 1 outside − 4 held on a1, plus 8 × 3/7 − 3/7 on the MIG node = 3 + 3 = 6.
+        assert live["training"].free["a100-80gb"] == Decimal("6.00")
+
+    def test_a_queue_shows_its_waiting_jobs_in_plan_order_without_other_teams_details(self, mia):
+        from django.contrib.auth import get_user_model
+
+        from queues.models import CapabilityClass, Team
+        from tests.factories import JobFactory
+
+        batch = Queue.objects.get(name="batch")
+        any_gpu = CapabilityClass.objects.get(name="any-gpu")
+        sam = get_user_model().objects.get(username="sam")
+        reason = [
+            {
+                "code": "QuotaExceeded",
+                "message": "team speech: l4 quota 4/4 in use",
+                "details": {},
+                "hint": "",
+            }
+        ]
+        JobFactory(
+            owner=sam,
+            team=Team.objects.get(name="speech"),
+            queue=batch,
+            capability_class=any_gpu,
+            name="secret-speech-run",
+            image="registry.example/secret:1",
+            position=1,
+            queue_length=2,
+            pending_reasons=reason,
+        )
+        mine = JobFactory(
+            owner=mia,
+            team=Team.objects.get(name="vision"),
+            queue=batch,
+            capability_class=any_gpu,
+            name="my-run",
+            position=2,
+            queue_length=2,
+        )
+
+        response = page_client(mia).get("/queues/batch/")
+
+        html = response.content.decode()
+        entries = response.context["pending"]
+        assert [(e.position, e.label) for e in entries] == [
+            (1, "another team's job"),
+            (2, "my-run"),
+        ]
+        assert entries[1].job == mine
+        assert "secret-speech-run" not in html
+        assert "registry.example/secret" not in html
+        assert "team speech: l4 quota 4/4 in use" not in html
+        assert '<span class="code">QuotaExceeded</span>' in html

@@ -431,3 +431,20 @@ def test_a_job_with_the_portals_labels_but_unknown_to_it_is_reported_not_deleted
     assert ClusterStatus.objects.get().unknown_jobs == ["team-vision/gpuportal-job-99999"]
     names = [j.metadata.name for j in sim_cluster.batch().list_namespaced_job("team-vision").items]
     assert names == ["gpuportal-job-99999"]
+
+
+def test_each_cycle_publishes_every_queues_expected_wait_per_team(sim_cluster, cycle, mia):
+    from queues.models import QueueEstimate
+
+    cycle()
+
+    estimates = {
+        (e.queue.name, e.team.name): e
+        for e in QueueEstimate.objects.select_related("queue", "team")
+    }
+    # An idle cluster: the default job of every queue starts now, for every team that may use it.
+    assert estimates[("batch", "vision")].estimated_start == sim_cluster.now()
+    assert estimates[("training", "nlp")].estimated_start == sim_cluster.now()
+    assert ("inference", "vision") not in estimates
+    # inference runs only on reservations: search holds one, so its default job starts now too.
+    assert estimates[("inference", "search")].estimated_start == sim_cluster.now()
