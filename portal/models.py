@@ -6,7 +6,7 @@ import hashlib
 import secrets
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 
 TOKEN_PREFIX = "gpt_"
 
@@ -39,7 +39,8 @@ class ApiToken(models.Model):
     def issue(cls, *, user: object, name: str) -> tuple[ApiToken, str]:
         """Create a token; returns it and the plain key, which is shown once and never stored."""
         key = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            user=user, name=name, key_hash=hash_token_key(key), key_prefix=key[:10]
-        )
+        with transaction.atomic():  # a duplicate name fails alone, not the caller's transaction
+            token = cls.objects.create(
+                user=user, name=name, key_hash=hash_token_key(key), key_prefix=key[:10]
+            )
         return token, key

@@ -3,13 +3,15 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from portal import views
+from portal import token_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tokens/", token_views.token_list, name="tokens"),
+    path("tokens/<int:token_id>/revoke", token_views.token_revoke, name="token-revoke"),
     path("admin/", admin.site.urls),
     path("queues/", include("queues.urls")),
     path("jobs/", include("queues.job_urls")),

@@ -81,3 +81,32 @@ def test_paging_parameters_are_checked(api_as, mia):
         "page_size": ["must be a whole number from 1 to 500"]
     }
     assert client.get("/api/queues/?page=9").json() == {"detail": "Invalid page."}
+
+
+def test_a_member_creates_a_token_sees_its_key_once_and_revokes_it(client, mia, api):
+    client.force_login(mia)
+
+    created = client.post("/tokens/", {"name": "ci-scripts"})
+
+    key = created.context["new_key"]
+    assert key.startswith("gpt_")
+    assert key in created.content.decode()
+    assert key not in client.get("/tokens/").content.decode()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert api.get("/api/queues/").status_code == 200
+    token = ApiToken.objects.get(user=mia)
+
+    client.post(f"/tokens/{token.pk}/revoke")
+
+    assert api.get("/api/queues/").status_code == 401
+    assert client.post("/tokens/", {"name": "ci-scripts"}).context["form"].errors == {
+        "name": ["You already have a token with this name."]
+    }
+
+
+def test_nobody_revokes_another_members_token(client, mia, sara):
+    token, _ = ApiToken.issue(user=sara, name="hers")
+    client.force_login(mia)
+
+    assert client.post(f"/tokens/{token.pk}/revoke").status_code == 404
+    assert ApiToken.objects.get(pk=token.pk).revoked_at is None
