@@ -243,7 +243,7 @@ def _running(job: Job, replicas_of: dict[str, int]) -> engine.RunningJob:
     replicas = max((replicas_of.get(n, 1) for n in job.nodes), default=1)
     unschedulable = next(
         (
-            r.get("message", "")
+            (r.get("details") or {}).get("scheduler_message", "")
             for r in job.pending_reasons
             if r.get("code") == engine.ReasonCode.CLUSTER_UNSCHEDULABLE
         ),

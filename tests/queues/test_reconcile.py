@@ -448,3 +448,106 @@ def test_each_cycle_publishes_every_queues_expected_wait_per_team(sim_cluster, c
     assert ("inference", "vision") not in estimates
     # inference runs only on reservations: search holds one, so its default job starts now too.
     assert estimates[("inference", "search")].estimated_start == sim_cluster.now()
+
+
+def test_a_mig_job_runs_on_a_slice_and_is_counted_as_its_share(sim_cluster, cycle, mia):
+    from fractions import Fraction
+
+    job = submit(mia, queue="interactive-mig", capability="mig-1g.10gb", mig_profile="1g.10gb")
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.nodes) == (JobState.RUNNING, ["a100-03"])
+    pod = sim_cluster.core().list_namespaced_pod(job.team.namespace).items[0]
+    assert pod.spec.containers[0].resources.limits["nvidia.com/mig-1g.10gb"] == "1"
+    interval = UsageInterval.objects.get(job=job)
+    assert (interval.devices, interval.share) == (1, Fraction(1, 7))
+
+
+def test_a_time_sliced_job_holds_one_replica(sim_cluster, cycle, mia):
+    from fractions import Fraction
+
+    job = submit(mia, queue="interactive", capability="any-gpu", declared_gpu_memory_gb=8)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert job.nodes[0].startswith("t4-")
+    assert UsageInterval.objects.get(job=job).share == Fraction(1, 4)
+
+
+@pytest.fixture
+def cpu_starved(sim_cluster_factory, example_policy):
+    """Two A100 nodes; a100-b has too little CPU for big pods, which the portal does not model:
+    only the cluster's scheduler can tell."""
+    from queues.models import Quota
+
+    Quota.objects.filter(team__name="vision", gpu_class__name="a100-80gb").update(nominal=16)
+    small = gpu_group("a100", "NVIDIA-A100-SXM4-80GB", 8, ["a100-a"])
+    starved = gpu_group("a100-small", "NVIDIA-A100-SXM4-80GB", 8, ["a100-b"])
+    starved["allocatable"]["cpu"] = "16"
+    sim = sim_cluster_factory(nodes=small_cluster(small, starved))
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    yield sim, adapter
+    adapter.close()
+
+
+def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(cpu_starved, mia):
+    sim, adapter = cpu_starved
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    # Two pods of 8 GPUs and 32 cores: one lands on a100-a, the other cannot start on a100-b.
+    job = submit(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        pods=2,
+        gpus_per_pod=8,
+        cpu_millicores_per_pod=32_000,
+        seconds=3600,
+    )
+    cycle()
+    sim.advance(5)
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    reason = job.pending_reasons[0]
+    assert reason["code"] == "ClusterUnschedulable"
+    assert "Insufficient cpu" in reason["details"]["scheduler_message"]
+    assert reason["message"].startswith(
+        "admitted, but the cluster's scheduler cannot place a pod: 0/2 nodes"
+    )
+
+    sim.advance(6 * 60)
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.PREEMPTED
+    rollback = job.events.get(kind="rolled back")
+    assert rollback.message.startswith(
+        "only 1 of 2 pods started within 5 minutes; the scheduler said: 0/2 nodes"
+    )
+    sim.advance(11 * 60)  # the running pod gets training's 10-minute grace period
+    cycle()
+
+    # Requeued, its attempt counted, and (the portal cannot see CPU) planned again at once.
+    job.refresh_from_db()
+    assert job.attempts == 1
+    assert [e.kind for e in job.events.all()] == ["admitted", "rolled back", "requeued", "admitted"]
+
+
+def test_a_burst_of_requests_enqueues_one_reconcile(django_capture_on_commit_callbacks):
+    from queues.tasks import request_reconcile
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        results = [request_reconcile() for _ in range(20)]
+
+    assert results == [True] + [False] * 19
+    assert len(callbacks) == 1
