@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from queues.forms import JobForm
 from queues.models import ACTIVE_JOB_STATES, Job, JobState
-from queues.preview import job_preview
+from queues.preview import job_alternatives, job_preview
 from queues.selectors import job_for, jobs_visible_to, may_cancel, queues_visible_to, teams_of
 from queues.services import JobNotCancellable, JobRejected, job_cancel, job_submit
 
@@ -111,8 +111,11 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
     context = {"job": job, "events": job.events.all(), "may_cancel": may_cancel(request.user, job)}
-    template = "jobs/_status.html" if request.htmx else "jobs/detail.html"
-    return render(request, template, context)
+    if request.htmx:
+        return render(request, "jobs/_status.html", context)
+    if job.state == JobState.PENDING:
+        context["alternatives"] = job_alternatives(job_id=job.pk)
+    return render(request, "jobs/detail.html", context)
 
 
 @login_required

@@ -117,3 +117,13 @@ def _cheapest_class(request: JobRequest, snapshot: engine.Snapshot) -> str:
         request.capability_class.request(), [g.spec for g in classes]
     )
     return matches.matches[0] if matches.matches else ""
+
+
+def job_alternatives(*, job_id: int, now: datetime | None = None) -> tuple[engine.Alternative, ...]:
+    """Other queues and capability classes that would start a pending job sooner (on demand:
+    each is a full plan). Empty when the job is not pending or nothing would be sooner."""
+    snapshot = snapshot_build(now=now or timezone.now())
+    try:
+        return engine.explain(snapshot, job_id).alternatives
+    except KeyError:
+        return ()

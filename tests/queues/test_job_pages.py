@@ -209,3 +209,35 @@ def test_resubmitting_prefills_the_form_with_the_old_job(mia):
     assert form["args"].value() == "--lr\n3e-4"
     assert form["env"].value() == "SEED=7"
     assert form["runtime_limit"].value() == "12h"
+
+
+def test_a_waiting_job_page_offers_what_would_start_it_sooner(mia, example_policy):
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from queues.models import Quota
+    from tests.factories import JobFactory
+
+    t4 = GpuClass.objects.get(name="t4")
+    Node.objects.create(name="t4-1", gpu_class=t4, gpu_count=4, time_slice_replicas=4)
+    Node.objects.create(name="l4-1", gpu_class=GpuClass.objects.get(name="l4"), gpu_count=16)
+    # vision's T4 quota is one replica, and victor holds it.
+    Quota.objects.filter(team__name="vision", gpu_class=t4).update(nominal="0.25")
+    JobFactory(
+        owner=get_user_model().objects.get(username="victor"),
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="interactive"),
+        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+        state="running",
+        gpu_class=t4,
+        nodes=["t4-1"],
+        capacity_kind="nominal",
+        started_at=timezone.now(),
+    )
+    job = submit(mia, queue="interactive", capability="any-gpu", declared_gpu_memory_gb=4)
+
+    response = logged_in(mia).get(f"/jobs/{job.pk}/")
+
+    found = {(a.queue, a.capability, a.admitted_now) for a in response.context["alternatives"]}
+    assert ("batch", "any-gpu", True) in found  # batch may run it on a free L4 at once
+    assert "Would start sooner" in response.content.decode()
