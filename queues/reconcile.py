@@ -30,6 +30,7 @@ from django.utils import timezone
 from queues import admission as engine
 from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable
 from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
+from queues.cluster.mirror import ClusterMirror
 from queues.cluster.nodes import Conventions, NodeFacts, node_facts
 from queues.cluster.pods import PodFacts, devices_held, parse_time, pod_facts
 from queues.job_tokens import job_token
@@ -114,15 +115,28 @@ def conventions() -> Conventions:
     )
 
 
-def read_cluster(cluster: Cluster) -> ClusterView:
-    """Three kinds of list call per cycle, however many jobs there are."""
-    nodes = [node_facts(n, conventions()) for n in cluster.list_nodes().items]
+def read_cluster(cluster: Cluster, mirror: ClusterMirror | None = None) -> ClusterView:
+    """What the cluster has: from the watch-fed ``mirror`` (no API call), or else by listing
+    (four calls, however many jobs there are). A mirror that is failing raises
+    ``ClusterUnreachable`` with its error."""
+    if mirror is not None:
+        problem = mirror.error()
+        if problem:
+            raise ClusterUnreachable(problem)
+        raw_nodes, raw_pods = mirror.items("nodes"), mirror.items("pods")
+        raw_jobs = mirror.items("jobs")
+    else:
+        raw_nodes = cluster.list_nodes().items
+        raw_pods = cluster.list_pods().items + cluster.list_portal_pods().items
+        raw_jobs = cluster.list_portal_jobs().items
+    nodes = [node_facts(n, conventions()) for n in raw_nodes]
     seen: dict[str, PodFacts] = {}
-    for raw in cluster.list_pods().items + cluster.list_portal_pods().items:
+    for raw in raw_pods:
         pod = pod_facts(raw)
-        seen[pod.uid] = pod
+        if pod.node or pod.job_id is not None:
+            seen[pod.uid] = pod
     jobs: dict[int, dict[str, Any]] = {}
-    for raw in cluster.list_portal_jobs().items:
+    for raw in raw_jobs:
         label = (raw.get("metadata", {}).get("labels") or {}).get("gpuportal.io/job-id", "")
         if label.isdigit():
             jobs[int(label)] = raw
@@ -133,10 +147,15 @@ def read_cluster(cluster: Cluster) -> ClusterView:
 
 
 def reconcile_cycle(
-    *, cluster: Cluster, now: datetime | None = None, holder: str = "reconcile"
+    *,
+    cluster: Cluster,
+    now: datetime | None = None,
+    holder: str = "reconcile",
+    mirror: ClusterMirror | None = None,
 ) -> CycleReport:
     """Run one cycle if no other holds the lease. ``now`` defaults to the wall clock (tests
-    pass the simulated cluster's)."""
+    pass the simulated cluster's); with a ``mirror`` the cycle reads the watch-fed copy instead
+    of listing."""
     started = time.monotonic()
     report = CycleReport()
     if not lease_acquire(name=LEASE, holder=holder, ttl=LEASE_TTL):
@@ -146,7 +165,7 @@ def reconcile_cycle(
     try:
         now = now or timezone.now()
         try:
-            view = read_cluster(cluster)
+            view = read_cluster(cluster, mirror)
         except (ClusterUnreachable, ClusterRejected) as exc:
             since = cluster_unreachable(str(exc), now=now)
             report.unreachable = str(exc)

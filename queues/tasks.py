@@ -11,27 +11,42 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
+from queues.cluster.mirror import ClusterMirror
 from queues.models import Lease
 from queues.services import lease_acquire
 
 REQUEST = "reconcile-request"
 # A request older than this is assumed lost (its message dropped) and the next one enqueues.
 REQUEST_TTL = timedelta(seconds=30)
+MIRROR_SYNC_SECONDS = 30.0
+
+
+_MIRROR: ClusterMirror | None = None
+
+
+def worker_mirror() -> ClusterMirror:
+    """This worker process's watch-fed mirror of the cluster, started on first use."""
+    global _MIRROR
+    if _MIRROR is None:
+        from queues.cluster.adapter import cluster_from_settings
+
+        _MIRROR = ClusterMirror(cluster_from_settings()).start()
+        _MIRROR.wait_synced(MIRROR_SYNC_SECONDS)
+    return _MIRROR
 
 
 @shared_task(name="queues.reconcile", acks_late=True, ignore_result=True)
 def reconcile() -> str:
-    """One reconcile cycle (beat runs it every few seconds; submissions ask for one)."""
-    from queues.cluster.adapter import cluster_from_settings
+    """One reconcile cycle (beat runs it every few seconds; submissions ask for one). It reads
+    the worker's watch-fed mirror, so it calls the API only for what it changes."""
     from queues.reconcile import reconcile_cycle
 
     # Requests made from now on need a new cycle: let the next one enqueue.
     Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
-    cluster = cluster_from_settings()
-    try:
-        report = reconcile_cycle(cluster=cluster, holder=f"{socket.gethostname()}:{os.getpid()}")
-    finally:
-        cluster.close()
+    mirror = worker_mirror()
+    report = reconcile_cycle(
+        cluster=mirror.cluster, holder=f"{socket.gethostname()}:{os.getpid()}", mirror=mirror
+    )
     return report.summary()
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from queues.cluster.manifests import MANAGED_BY
@@ -124,6 +124,11 @@ class Cluster:
     def list_pods(self) -> Listing:
         """Every bound pod in the cluster: the portal's and others' (which still hold GPUs)."""
         return self._list(self.core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=")
+
+    def list_all_pods(self) -> Listing:
+        """Every pod in the cluster (the mirror follows them all: bound ones hold GPUs, the
+        portal's unbound ones carry the scheduler's message)."""
+        return self._list(self.core.list_pod_for_all_namespaces)
 
     def list_portal_pods(self) -> Listing:
         """The portal's pods, bound or not (unbound ones carry the scheduler's message)."""
@@ -230,35 +235,50 @@ class Cluster:
         return len(pods.items)
 
     def watch(
-        self, kind: str, resource_version: str, *, timeout_seconds: int = 5
+        self,
+        kind: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 5,
+        label_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Changes to ``kind`` (nodes, pods, jobs) after ``resource_version``, as raw events.
+        """Changes to ``kind`` (nodes, pods, jobs) after ``resource_version``, as raw events
+        ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": {...}}``.
 
-        Raises ``ClusterRejected`` with status 410 when the version is too old: relist then.
+        Raises ``ClusterRejected`` with status 410 when the version is too old (relist then),
+        ``ClusterUnreachable`` for anything else that breaks the stream.
         """
-        from kubernetes import watch
-
         method = {
             "nodes": self.core.list_node,
             "pods": self.core.list_pod_for_all_namespaces,
             "jobs": self.batch.list_job_for_all_namespaces,
         }[kind]
         self.calls += 1
-        stream = watch.Watch().stream(
+        options: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        stream = _RawWatch().stream(
             method,
             resource_version=resource_version,
             timeout_seconds=timeout_seconds,
             allow_watch_bookmarks=True,
-            _preload_content=False,
+            _request_timeout=(self.timeout[0], timeout_seconds + self.timeout[1]),
+            **options,
         )
         try:
             yield from stream
         except ApiException as exc:
             if exc.status == 410:
-                raise ClusterRejected(410, _status_message(exc)) from exc
+                raise ClusterRejected(410, str(exc.reason)) from exc
             raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
+
+
+class _RawWatch(watch.Watch):
+    """The client's watch, keeping each event's object as the JSON the server sent: building
+    models for thousands of pods is the slow part, and the mirror reads JSON anyway."""
+
+    def unmarshal_event(self, data: str, return_type: Any) -> Any:
+        return super().unmarshal_event(data, None)
 
 
 def cluster_from_settings() -> Cluster:

@@ -551,3 +551,54 @@ def test_a_burst_of_requests_enqueues_one_reconcile(django_capture_on_commit_cal
 
     assert results == [True] + [False] * 19
     assert len(callbacks) == 1
+
+
+def test_with_the_watch_fed_mirror_a_cycle_calls_the_api_only_for_what_changed(
+    sim_cluster, cluster, mia
+):
+    import time
+
+    from queues.cluster.mirror import ClusterMirror
+
+    mirror = ClusterMirror(cluster).start()
+    try:
+        assert mirror.wait_synced(10)
+
+        def cycle():
+            return reconcile_cycle(cluster=cluster, now=sim_cluster.now(), mirror=mirror)
+
+        idle = cycle()
+        job = submit(mia, capability="min-40gb", seconds=600)
+        admitting = cycle()
+        deadline = time.monotonic() + 10
+        while (
+            not any(
+                p["metadata"].get("labels", {}).get("gpuportal.io/job-id") == str(job.pk)
+                for p in mirror.items("pods")
+            )
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        sim_cluster.advance(30)
+
+        def started():
+            return any(
+                (p.get("status", {}).get("containerStatuses") or [{}])[0]
+                .get("state", {})
+                .get("running")
+                for p in mirror.items("pods")
+                if p["metadata"].get("labels", {}).get("gpuportal.io/job-id") == str(job.pk)
+            )
+
+        while not started() and time.monotonic() < deadline + 10:
+            time.sleep(0.05)
+        starting = cycle()
+    finally:
+        mirror.stop()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert idle.api_calls == 0
+    # Read the team's namespace, create it, create the Job: the watches bring the rest.
+    assert admitting.api_calls == 3
+    assert starting.api_calls == 0

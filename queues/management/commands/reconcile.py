@@ -6,11 +6,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from queues.cluster.adapter import cluster_from_settings
+from queues.cluster.mirror import ClusterMirror
 from queues.reconcile import reconcile_cycle
 
 
 class Command(BaseCommand):
-    help = "Reconcile the portal with the cluster: one cycle with --once, else every --interval s."
+    help = (
+        "Reconcile the portal with the cluster: one cycle with --once (listing the cluster), "
+        "else every --interval seconds, following the cluster through watches."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="run one cycle and exit")
@@ -18,12 +22,19 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, once: bool, interval: float, **options: Any) -> None:
         cluster = cluster_from_settings()
+        mirror = None if once else ClusterMirror(cluster).start()
+        if mirror is not None:
+            mirror.wait_synced()
         try:
             while True:
-                report = reconcile_cycle(cluster=cluster, holder="manage.py reconcile")
+                report = reconcile_cycle(
+                    cluster=cluster, holder="manage.py reconcile", mirror=mirror
+                )
                 self.stdout.write(report.summary())
                 if once:
                     return
                 time.sleep(interval)
         finally:
+            if mirror is not None:
+                mirror.stop()
             cluster.close()

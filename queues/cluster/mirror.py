@@ -1,0 +1,160 @@
+"""A watch-fed mirror of the cluster: list once, then follow changes from the resourceVersion.
+
+The official client has no informer; this is the small one the portal needs. One thread per
+kind (nodes, pods, the portal's Jobs) lists, then watches from the list's resourceVersion,
+applying each event to an in-memory copy. A ``410 Gone`` (the version fell out of the server's
+history) relists and resumes; any other error backs off (1 s doubling to 30 s) and retries, and
+``error`` says since when the mirror has been failing. A reconcile reads the copy with no API
+call at all, so a cycle's calls are the writes it makes: they grow with what changed, not with
+how many jobs there are.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable, Listing
+from queues.cluster.manifests import MANAGED_BY
+
+logger = logging.getLogger(__name__)
+
+WATCH_SECONDS = 60
+MAX_BACKOFF = 30.0
+
+
+def _key(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+@dataclass
+class _Kind:
+    name: str
+    lister: Callable[[], Listing]
+    label_selector: str | None = None
+
+
+class _Follower(threading.Thread):
+    """Keeps ``objects`` equal to what the cluster has of one kind."""
+
+    def __init__(self, cluster: Cluster, kind: _Kind, lock: threading.Lock) -> None:
+        super().__init__(name=f"mirror-{kind.name}", daemon=True)
+        self.cluster = cluster
+        self.kind = kind
+        self.lock = lock
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.resource_version = ""
+        self.synced = threading.Event()
+        self.stopping = threading.Event()
+        self.failing_since: datetime | None = None
+        self.last_error = ""
+        self.relists = 0
+
+    def run(self) -> None:
+        backoff = 1.0
+        while not self.stopping.is_set():
+            try:
+                if not self.resource_version:
+                    self._relist()
+                self._follow()
+                backoff = 1.0
+            except ClusterRejected as exc:
+                if exc.status == 410:
+                    logger.info("mirror %s: %s; relisting", self.kind.name, exc.message)
+                    self.resource_version = ""
+                    continue
+                self._failed(str(exc))
+            except ClusterUnreachable as exc:
+                self._failed(str(exc))
+            else:
+                continue
+            self.stopping.wait(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _failed(self, error: str) -> None:
+        self.failing_since = self.failing_since or datetime.now(UTC)
+        self.last_error = error
+        logger.warning("mirror %s: %s", self.kind.name, error)
+
+    def _relist(self) -> None:
+        listing = self.kind.lister()
+        with self.lock:
+            self.objects = {_key(o): o for o in listing.items}
+            self.resource_version = listing.resource_version
+        self.relists += 1
+        self.failing_since, self.last_error = None, ""
+        self.synced.set()
+
+    def _follow(self) -> None:
+        for event in self.cluster.watch(
+            self.kind.name,
+            self.resource_version,
+            timeout_seconds=WATCH_SECONDS,
+            label_selector=self.kind.label_selector,
+        ):
+            if self.stopping.is_set():
+                return
+            obj = event.get("raw_object") or event.get("object") or {}
+            version = (obj.get("metadata") or {}).get("resourceVersion", "")
+            with self.lock:
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self.objects[_key(obj)] = obj
+                elif event["type"] == "DELETED":
+                    self.objects.pop(_key(obj), None)
+                if version:
+                    self.resource_version = version
+            self.failing_since, self.last_error = None, ""
+
+
+class ClusterMirror:
+    """Nodes, every pod and the portal's Jobs, kept current by watches."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.lock = threading.Lock()
+        kinds = [
+            _Kind("nodes", cluster.list_nodes),
+            _Kind("pods", cluster.list_all_pods),
+            _Kind(
+                "jobs",
+                cluster.list_portal_jobs,
+                label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}",
+            ),
+        ]
+        self.followers = {k.name: _Follower(cluster, k, self.lock) for k in kinds}
+
+    def start(self) -> ClusterMirror:
+        for follower in self.followers.values():
+            follower.start()
+        return self
+
+    def stop(self) -> None:
+        for follower in self.followers.values():
+            follower.stopping.set()
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(
+            f.synced.wait(max(0.0, deadline - time.monotonic())) for f in self.followers.values()
+        )
+
+    def error(self) -> str:
+        """Why the mirror cannot be trusted right now ("" when every kind is following)."""
+        problems = []
+        for name, follower in self.followers.items():
+            if follower.failing_since is not None:
+                since = follower.failing_since.isoformat(timespec="seconds")
+                problems.append(f"{name}: {follower.last_error} (since {since})")
+            elif not follower.synced.is_set():
+                problems.append(f"{name}: not listed yet")
+        return "; ".join(problems)
+
+    def items(self, kind: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.followers[kind].objects.values())
