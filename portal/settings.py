@@ -189,6 +189,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
 RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
+# Submitting or cancelling asks for a reconcile right after the commit (requests coalesce).
+RECONCILE_ON_COMMIT = env.bool("RECONCILE_ON_COMMIT", default=True)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "queues.reconcile", "schedule": RECONCILE_INTERVAL_SECONDS},
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 from django.conf import settings
 
@@ -27,6 +28,6 @@ def job_id_of_token(token: str) -> int | None:
     """The job a token belongs to, or None if it is not a valid job token."""
     prefix, _, rest = token.partition("_")
     job_id, _, digest = rest.partition("_")
-    if prefix != PREFIX or not job_id.isdigit():
+    if prefix != PREFIX or not re.fullmatch(r"[0-9]{1,18}", job_id):
         return None
     return int(job_id) if hmac.compare_digest(digest, _digest(int(job_id))) else None

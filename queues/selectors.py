@@ -252,12 +252,28 @@ class PodLog:
     lines: list[str]
 
 
-def job_pod_logs(job: Job, *, cluster: Cluster, tail_lines: int = 50) -> list[PodLog]:
-    """The last ``tail_lines`` lines of each of the job's pods, pods by name; none for a job that
-    never reached the cluster (no Kubernetes Job name), without asking it. One list request plus
-    one log request per pod; raises ``ClusterUnreachable`` when the cluster does not answer."""
+def job_pod_logs(job: Job, *, tail_lines: int = 50, cluster: Cluster | None = None) -> list[PodLog]:
+    """The last ``tail_lines`` lines of each of the job's pods, pods by name.
+
+    A job that never reached the cluster (no Kubernetes Job name) has none, and the cluster is
+    not asked. Otherwise one list request plus one log request per pod, on ``cluster`` or on the
+    one the settings name (connected and closed here). Raises ``ClusterUnreachable`` when the
+    cluster does not answer or cannot be configured."""
     if not job.k8s_job_name:
         return []
+    if cluster is None:
+        from kubernetes.config.config_exception import ConfigException
+
+        from queues.cluster.adapter import ClusterUnreachable, cluster_from_settings
+
+        try:
+            connected = cluster_from_settings()
+        except ConfigException as exc:
+            raise ClusterUnreachable(f"no usable cluster configuration: {exc}") from exc
+        try:
+            return job_pod_logs(job, tail_lines=tail_lines, cluster=connected)
+        finally:
+            connected.close()
     namespace = job.team.namespace
     pods = sorted(cluster.pods_of_job(namespace, job.pk), key=lambda p: p["metadata"]["name"])
     logs = []

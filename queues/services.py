@@ -422,13 +422,17 @@ class JobNotCancellable(Exception):
 
 def job_cancel(*, job: Job, by: Any) -> Job:
     """Cancel a pending, admitted, running or preempted job. One that holds or held pods shows
-    ``terminating`` until the reconcile has deleted its Kubernetes Job and the pods are gone."""
+    ``terminating`` until the reconcile has deleted its Kubernetes Job and the pods are gone.
+    Raises ``JobNotCancellable`` for a job that has already ended."""
     now = timezone.now()
-    holds_pods = job.state in (JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
     with transaction.atomic():
-        cancelled = Job.objects.filter(
-            pk=job.pk, state=job.state, state__in=ACTIVE_JOB_STATES
-        ).update(
+        # Lock the row: the reconcile may be moving it (pending → admitted) right now, and
+        # whether pods must be waited for depends on the state it is really in.
+        current = Job.objects.select_for_update().get(pk=job.pk)
+        if current.state not in ACTIVE_JOB_STATES:
+            raise JobNotCancellable(f"job {job.pk} is {current.state}")
+        holds_pods = current.state in (JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
+        Job.objects.filter(pk=job.pk).update(
             state=JobState.CANCELLED,
             terminating=holds_pods,
             finished_at=now,
@@ -436,14 +440,12 @@ def job_cancel(*, job: Job, by: Any) -> Job:
             position=None,
             estimated_start=None,
         )
-        if not cancelled:
-            raise JobNotCancellable(f"job {job.pk} is {job.state}")
         JobEvent.objects.create(
             job_id=job.pk, at=now, kind="cancelled", message=f"cancelled by {by.get_username()}"
         )
-    from queues.tasks import request_reconcile
+        from queues.tasks import request_reconcile
 
-    request_reconcile()
+        request_reconcile()
     job.refresh_from_db()
     return job
 

@@ -9,3 +9,5 @@ import os
 os.environ.setdefault("SECRET_KEY", "tests-only-not-a-secret")
 os.environ.setdefault("STATICFILES_MANIFEST", "false")
 os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
+# Tests run reconcile cycles themselves; submissions must not leave tasks in the broker.
+os.environ.setdefault("RECONCILE_ON_COMMIT", "false")

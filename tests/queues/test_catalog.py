@@ -293,7 +293,9 @@ class TestLiveState:
         )
         assert Job.objects.count() == 2
 
-        live = dict((q.name, state) for q, state in page_client(mia).get("/queues/").context["queues"])
+        live = dict(
+            (q.name, state) for q, state in page_client(mia).get("/queues/").context["queues"]
+        )
 
         # 8 − 1 outside − 4 held on a1, plus 8 × 3/7 − 3/7 on the MIG node = 3 + 3 = 6.
         assert live["training"].free["a100-80gb"] == Decimal("6.00")

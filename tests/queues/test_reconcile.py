@@ -543,9 +543,10 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
     assert [e.kind for e in job.events.all()] == ["admitted", "rolled back", "requeued", "admitted"]
 
 
-def test_a_burst_of_requests_enqueues_one_reconcile(django_capture_on_commit_callbacks):
+def test_a_burst_of_requests_enqueues_one_reconcile(django_capture_on_commit_callbacks, settings):
     from queues.tasks import request_reconcile
 
+    settings.RECONCILE_ON_COMMIT = True
     with django_capture_on_commit_callbacks() as callbacks:
         results = [request_reconcile() for _ in range(20)]
 

@@ -34,8 +34,9 @@ def refused(user, **kwargs) -> dict[str, list[str]]:
 
 
 def test_an_accepted_job_is_stored_pending_and_asks_for_a_reconcile(
-    mia, django_capture_on_commit_callbacks
+    mia, django_capture_on_commit_callbacks, settings
 ):
+    settings.RECONCILE_ON_COMMIT = True
     with django_capture_on_commit_callbacks() as callbacks:
         job = submit(mia, pods=2, gpus_per_pod=4, runtime_limit=timedelta(hours=6))
 
