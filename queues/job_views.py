@@ -113,9 +113,16 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     context = {"job": job, "events": job.events.all(), "may_cancel": may_cancel(request.user, job)}
     if request.htmx:
         return render(request, "jobs/_status.html", context)
-    if job.state == JobState.PENDING:
-        context["alternatives"] = job_alternatives(job_id=job.pk)
     return render(request, "jobs/detail.html", context)
+
+
+@login_required
+def job_alternatives_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    """What would start a waiting job sooner: each what-if is a full plan, so the job page
+    loads this part after itself instead of waiting for it."""
+    job = _visible_job(request, job_id)
+    alternatives = job_alternatives(job_id=job.pk) if job.state == JobState.PENDING else ()
+    return render(request, "jobs/_alternatives.html", {"job": job, "alternatives": alternatives})
 
 
 @login_required

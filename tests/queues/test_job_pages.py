@@ -236,8 +236,10 @@ def test_a_waiting_job_page_offers_what_would_start_it_sooner(mia, example_polic
     )
     job = submit(mia, queue="interactive", capability="any-gpu", declared_gpu_memory_gb=4)
 
-    response = logged_in(mia).get(f"/jobs/{job.pk}/")
+    page = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+    response = logged_in(mia).get(f"/jobs/{job.pk}/alternatives")
 
+    assert f'hx-get="/jobs/{job.pk}/alternatives" hx-trigger="load"' in page  # loaded after the page
     found = {(a.queue, a.capability, a.admitted_now) for a in response.context["alternatives"]}
     assert ("batch", "any-gpu", True) in found  # batch may run it on a free L4 at once
     assert "Would start sooner" in response.content.decode()
