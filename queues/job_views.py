@@ -10,8 +10,10 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from chargeback.selectors import job_cost_so_far
 from queues.forms import JobForm
 from queues.models import ACTIVE_JOB_STATES, Job, JobState
 from queues.preview import job_alternatives, job_preview
@@ -110,7 +112,12 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
-    context = {"job": job, "events": job.events.all(), "may_cancel": may_cancel(request.user, job)}
+    context = {
+        "job": job,
+        "events": job.events.all(),
+        "may_cancel": may_cancel(request.user, job),
+        "cost": job_cost_so_far(job, now=timezone.now()),
+    }
     if request.htmx:
         return render(request, "jobs/_status.html", context)
     return render(request, "jobs/detail.html", context)

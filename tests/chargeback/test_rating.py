@@ -119,3 +119,42 @@ def test_hourly_cost_uses_the_card_in_force_when_asked():
     assert (
         hourly_cost(gpu_class="t4", gpu_equivalents=1, at=datetime(2026, 8, 1, tzinfo=UTC)) is None
     )
+
+
+@pytest.mark.django_db
+def test_a_jobs_cost_so_far_counts_open_intervals_until_now(example_policy):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chargeback.selectors import job_cost_so_far
+    from queues.models import GpuClass, Team, UsageInterval
+    from tests.factories import JobFactory
+
+    now = timezone.now()
+    job = JobFactory()
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    vision = Team.objects.get(name="vision")
+    common = dict(job=job, team=vision, cost_center="CC-1001", gpu_class=h100, node="h100-01")
+    UsageInterval.objects.create(
+        pod_uid="a",
+        pod_name="p-0",
+        devices=4,
+        started_at=now - timedelta(hours=2),
+        ended_at=now - timedelta(hours=1),
+        **common,
+    )
+    UsageInterval.objects.create(
+        pod_uid="b", pod_name="p-1", devices=4, started_at=now - timedelta(minutes=30), **common
+    )
+
+    cost = job_cost_so_far(job, now=now)
+
+    # (1 h + 0.5 h) × 4 GPUs × weight 4 × 1.20 EUR = 28.80 EUR
+    assert (cost.amount, cost.currency, cost.normalized_gpu_hours, cost.running) == (
+        Decimal("28.80"),
+        "EUR",
+        Decimal("24.000"),
+        True,
+    )
+    assert job_cost_so_far(JobFactory(), now=now) is None
