@@ -211,6 +211,10 @@ CLUSTER_NETWORK_DOMAIN_LABEL = env.str(
     "CLUSTER_NETWORK_DOMAIN_LABEL", default="network.gpuportal.io/domain"
 )
 
+# --- Submissions ------------------------------------------------------------------------------
+# Registries jobs may pull images from (host names, comma-separated); empty: any registry.
+ALLOWED_IMAGE_REGISTRIES = env.list("ALLOWED_IMAGE_REGISTRIES", default=[])
+
 # --- Logging -----------------------------------------------------------------------------------
 LOGGING = {
     "version": 1,

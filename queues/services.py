@@ -10,6 +10,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Model, ProtectedError, Q
@@ -552,7 +553,29 @@ def job_request_errors(request: JobRequest) -> dict[str, list[str]]:
         )
     if not request.image.strip():
         refuse("image", "required")
+    elif not image_allowed(request.image.strip()):
+        refuse(
+            "image",
+            f"{request.image.strip()} is not from an allowed registry "
+            f"({', '.join(settings.ALLOWED_IMAGE_REGISTRIES)})",
+        )
     return errors
+
+
+def image_allowed(image: str) -> bool:
+    """Whether ``image`` comes from a registry the portal allows (any, when none is set).
+
+    The registry is the part before the first ``/`` when it looks like a host (has a dot or a
+    port, or is ``localhost``); otherwise the image is on the default registry, ``docker.io``.
+    """
+    allowed = settings.ALLOWED_IMAGE_REGISTRIES
+    if not allowed:
+        return True
+    first, sep, _ = image.partition("/")
+    registry = (
+        first if sep and ("." in first or ":" in first or first == "localhost") else "docker.io"
+    )
+    return registry in allowed
 
 
 def job_submit(*, request: JobRequest) -> Job:

@@ -115,3 +115,17 @@ def test_a_mig_capability_class_on_a_queue_that_does_not_hand_out_slices(mia):
             "mig-1g.10gb asks for a MIG slice, but queue batch hands out exclusive GPUs"
         ]
     }
+
+
+def test_an_image_outside_the_allowed_registries(mia, settings):
+    settings.ALLOWED_IMAGE_REGISTRIES = ["registry.example", "nvcr.io"]
+
+    assert refused(mia, image="pytorch/pytorch:2.4") == {
+        "image": ["pytorch/pytorch:2.4 is not from an allowed registry (registry.example, nvcr.io)"]
+    }
+    assert refused(mia, image="evil.example:5000/x:1") == {
+        "image": [
+            "evil.example:5000/x:1 is not from an allowed registry (registry.example, nvcr.io)"
+        ]
+    }
+    assert submit(mia, image="nvcr.io/nvidia/pytorch:24.05-py3").image.startswith("nvcr.io/")
