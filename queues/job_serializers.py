@@ -31,6 +31,7 @@ MAX_LIST_ITEMS = 256
 # Far beyond any queue's maximum; only keeps a duration storable (microseconds in 64 bits).
 MAX_DURATION = timedelta(days=10000)
 MAX_ITEM_LENGTH = 4096
+NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
 
 
 @extend_schema_field(
@@ -75,8 +76,18 @@ class DurationOutput(DurationText):
     """A duration as the policy writes it (``"4h"``, ``"1h30m"``)."""
 
 
+class _NameField(serializers.SlugRelatedField):
+    """An object by its name; text that cannot be a name (a NUL byte, say, which PostgreSQL
+    refuses in a query) is "no such name" without asking the database."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or not NAME.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:100])
+        return super().to_internal_value(data)
+
+
 def _named(model: type[Any], what: str) -> serializers.SlugRelatedField:
-    return serializers.SlugRelatedField(
+    return _NameField(
         slug_field="name",
         queryset=model.objects.active(),
         error_messages={"does_not_exist": f"no {what} named {{value}}"},

@@ -735,3 +735,20 @@ def test_a_job_that_is_not_running_cannot_report_a_checkpoint(mia, state):
         "detail": f"job {idle.pk} is {state}: only a running job reports checkpoints"
     }
     assert Job.objects.get(pk=idle.pk).last_checkpoint_at is None
+
+
+def test_a_name_that_cannot_be_one_is_refused_without_asking_the_database(api_as, mia):
+    response = api_as(mia).post(
+        "/api/jobs/",
+        {
+            "team": "vis\x00ion",
+            "queue": "batch",
+            "capability_class": "any-gpu",
+            "image": "x:1",
+            "command": ["true"],
+        },
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert response.json()["team"] == ["no team named vis\x00ion"]
