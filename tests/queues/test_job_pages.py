@@ -239,7 +239,8 @@ def test_a_waiting_job_page_offers_what_would_start_it_sooner(mia, example_polic
     page = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
     response = logged_in(mia).get(f"/jobs/{job.pk}/alternatives")
 
-    assert f'hx-get="/jobs/{job.pk}/alternatives" hx-trigger="load"' in page  # loaded after the page
+    # The what-ifs are loaded after the page itself.
+    assert f'hx-get="/jobs/{job.pk}/alternatives" hx-trigger="load"' in page
     found = {(a.queue, a.capability, a.admitted_now) for a in response.context["alternatives"]}
     assert ("batch", "any-gpu", True) in found  # batch may run it on a free L4 at once
     assert "Would start sooner" in response.content.decode()
