@@ -74,14 +74,16 @@ def entitlement(state: State, ask: Ask, gpu_class: str) -> list[Option]:
         return options
     key = (team, gpu_class)
     nominal = state.nominal.get(key, 0)
-    used = state.nominal_used.get(key, 0)
-    borrowed = state.borrowed_used.get(key, 0)
-    # the team's total stays within nominal + borrowing limit even when borrowed jobs took the
-    # room first: a whole job is either nominal or borrowed, never split
+    held = state.nominal_jobs_eq.get(key, 0)
+    total = held + state.borrowed_jobs_eq.get(key, 0)
+    # A job is admitted wholly as one kind. Jobs admitted as nominal (never reclaimed by a
+    # lender) stay within nominal together; the team's total stays within nominal + borrowing
+    # limit. A borrowed job fills whatever nominal room is left first, so what the team borrows
+    # is its total beyond nominal (``State.quota_use``), never more than the borrowing limit.
     cap = nominal + state.borrow_limit.get(key, 0)
-    if used + demand <= nominal and used + borrowed + demand <= cap:
+    if held + demand <= nominal and total + demand <= cap:
         options.append((CapacityKind.NOMINAL, None, False))
-    elif queue.can_borrow and used + borrowed + demand <= cap:
+    elif queue.can_borrow and total + demand <= cap:
         lend = queue.preemption is PreemptionClass.PREEMPTIBLE
         options.append((CapacityKind.BORROWED, None, lend))
     return options
@@ -113,59 +115,67 @@ def policy_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     if queue.reservation_only:
         return _reservation_cause(state, ask, gpu_class)
     key = (team, gpu_class)
-    nominal = state.nominal.get(key, 0)
-    used = state.nominal_used.get(key, 0)
-    borrowed = state.borrowed_used.get(key, 0)
-    limit = state.borrow_limit.get(key, 0)
+    use = state.quota_use(key)
     text = lambda units: eq_text(state, units)  # noqa: E731
-    message = f"team {team}: {gpu_class} quota {text(used)}/{text(nominal)} in use"
-    if queue.can_borrow:
-        if borrowed >= limit:
-            message += f", borrowing limit {text(limit)} reached"
-        else:
-            message += f", borrowing {text(borrowed)}/{text(limit)} in use"
-        message += f" (needs {text(demand)})"
-    else:
-        message += f" (needs {text(demand)}); queue {queue.name} may not borrow"
+    message = (
+        f"team {team}: {gpu_class} quota {text(use.nominal_in_use)}/{text(use.nominal)} in use"
+    )
+    if use.borrowing_limit == 0:
+        if queue.can_borrow:
+            message += ", borrowing limit 0"
+    elif queue.can_borrow or use.borrowed_in_use:
+        message += f", borrowing {text(use.borrowed_in_use)}/{text(use.borrowing_limit)} in use"
+    if use.above:
+        message += f", {text(use.above)} more beyond quota + borrowing limit"
+    message += f" (needs {text(demand)})"
+    if not queue.can_borrow:
+        message += f"; queue {queue.name} may not borrow"
     details = {
         "team": team,
         "gpu_class": gpu_class,
-        "nominal": eq_json(state, nominal),
-        "nominal_in_use": eq_json(state, used),
-        "borrowing_limit": eq_json(state, limit),
-        "borrowed_in_use": eq_json(state, borrowed),
+        "nominal": eq_json(state, use.nominal),
+        "nominal_in_use": eq_json(state, use.nominal_in_use),
+        "borrowing_limit": eq_json(state, use.borrowing_limit),
+        "borrowed_in_use": eq_json(state, use.borrowed_in_use),
         "requested": eq_json(state, demand),
         "queue_may_borrow": queue.can_borrow,
     }
+    if use.above:
+        details["above_quota_in_use"] = eq_json(state, use.above)
     return PendingReason(
         ReasonCode.QUOTA_EXCEEDED, message, details, _quota_hint(state, ask, gpu_class)
     )
 
 
 def _quota_hint(state: State, ask: Ask, gpu_class: str) -> str:
+    """Another queue that may borrow, else the team's job whose end (at its runtime limit) makes
+    the team's quota entitle this job, with the same rules as ``entitlement``."""
     team = ask.job.team
     key = (team, gpu_class)
     demand = ask.demand[gpu_class]
     nominal = state.nominal.get(key, 0)
-    total = nominal + state.borrow_limit.get(key, 0)
-    used = state.nominal_used.get(key, 0) + state.borrowed_used.get(key, 0)
-    if not ask.queue.can_borrow and used + demand <= total:
+    cap = nominal + state.borrow_limit.get(key, 0)
+    held = state.nominal_jobs_eq.get(key, 0)
+    total = state.quota_total(key)
+    can_borrow = ask.queue.can_borrow
+    if not can_borrow and total + demand <= cap:
         other = borrowing_queue(state, ask, gpu_class)
         if other is not None:
             return (
                 f"queue `{other.name}` may borrow idle {gpu_class} GPUs beyond your quota "
                 f"({other.preemption.value}: it can be preempted, so checkpoint)"
             )
-    need = state.nominal_used.get(key, 0) + demand - nominal
+    if demand > (cap if can_borrow else nominal):
+        return ""  # no job ending makes room: the estimate says it never starts this way
     ends = sorted(
-        (a.end, a.job_id, a.eq)
+        (a.end, a.job_id, a.eq, a.kind is CapacityKind.NOMINAL)
         for a in state.class_allocs[gpu_class].values()
-        if a.team == team and a.kind is CapacityKind.NOMINAL
+        if a.team == team and a.kind is not CapacityKind.RESERVED
     )
-    freed = 0
-    for end, job_id, eq in ends:
-        freed += eq
-        if freed >= need:
+    for end, job_id, eq, is_nominal in ends:
+        total -= eq
+        held -= eq if is_nominal else 0
+        if total + demand <= cap and (can_borrow or held + demand <= nominal):
             return (
                 f"your team's {gpu_class} quota frees up when job {job_id} ends, "
                 f"at the latest {time_text(state.now, end)}"

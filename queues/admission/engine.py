@@ -3,10 +3,10 @@
 ``plan(snapshot)`` is the engine's entry point. The pass considers jobs in plan order (see
 ``asks.plan_order``). For each job it tries its GPU classes cheapest first and admits it where it
 fits now; otherwise it tries preemption (only jobs of ``graceful``/``preemptible`` queues: borrowed
-work reclaimed by lenders and reservation holders, or the team's own lower-priority work), and
-otherwise explains why it waits. The first job blocked on a class by capacity gets an EASY
-shadow reservation: later jobs may start on that class only if they end before the shadow time or
-use capacity the shadow job will not need.
+work reclaimed by reservation holders and by lenders while its team borrows, or the team's own
+lower-priority work), and otherwise explains why it waits. The first job blocked on a class by
+capacity gets an EASY shadow reservation: later jobs may start on that class only if they end
+before the shadow time or use capacity the shadow job will not need.
 
 Probes (``Snapshot.probes``, hypothetical jobs) are checked at their place in plan order with the
 same rules, read-only: one that would fit then is estimated to start now; the others ride along in
@@ -249,6 +249,10 @@ def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Allo
     state = run.state
     alloc = hold(state, ask, fit, start or state.now)
     run.fresh.add(ask.job.id)
+    borrowed = 0
+    if fit.kind is CapacityKind.BORROWED:
+        # what the job adds to the team's use beyond nominal; the rest fills nominal room
+        borrowed = min(alloc.eq, state.borrowing((ask.job.team, fit.gpu_class)))
     shadow = run.shadows.get(fit.gpu_class)
     if fit.constrained and shadow is not None:
         shadow.eq_extra -= alloc.eq
@@ -268,6 +272,7 @@ def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Allo
                     capacity=fit.kind,
                     reservation_id=fit.reservation_id,
                     backfilled=shadow is not None,
+                    borrowed_gpu_eq=Fraction(borrowed, state.scale),
                 )
             )
     return alloc
@@ -317,7 +322,8 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
 
     Only entitled demand preempts: a reservation holder within its reservation, or a team within
     its nominal quota. Victims are jobs of graceful/preemptible queues that are borrowed (any
-    team: lenders reclaim) or belong to the same team with lower priority. Never in a class where
+    team: lenders reclaim, while that team uses more than its nominal quota, see
+    ``_reclaimable``) or belong to the same team with lower priority. Never in a class where
     a job ahead waits on an EASY shadow: that job counts on those jobs' capacity.
     """
     state = run.state
@@ -390,6 +396,8 @@ def _choose_victims(
     chosen: list[Alloc] = []
     fits = False
     for alloc in candidates:
+        if not _reclaimable(state, ask, alloc, option):
+            continue
         state.give_back(alloc)
         chosen.append(alloc)
         if _fit(run, ask, gpu_class, [option], None) is not None:
@@ -405,6 +413,24 @@ def _choose_victims(
             state.give_back(alloc)
     victims = [a for a in chosen if not a.live]
     return sorted(victims, key=lambda a: a.job_id)
+
+
+def _reclaimable(state: State, ask: Ask, alloc: Alloc, option: Option) -> bool:
+    """Whether candidate ``alloc`` may be preempted for ``ask`` now (victims already chosen are
+    given back, so this follows them).
+
+    The team's own lower-priority work always may. A borrowed job (reclaimed as a whole: a
+    running job cannot shrink) may be reclaimed by a reservation holder, whose idle GPUs any
+    borrowed work may sit on, and by a team reclaiming its nominal quota only while the job's
+    team still borrows, i.e. uses more than its own nominal quota. A borrowed job fills its
+    team's nominal room first, so once the victims taken from a team cover what it borrows,
+    its other borrowed jobs run within its guarantee and are not taken for a lender.
+    """
+    if alloc.team == ask.job.team and alloc.rank < ask.rank:
+        return True
+    if option[0] is CapacityKind.RESERVED:
+        return True
+    return state.borrowing((alloc.team, alloc.gpu_class)) > 0
 
 
 def _preemption_reason(state: State, ask: Ask, victim: Alloc, option: Option) -> str:

@@ -33,6 +33,10 @@ class Admission:
     ``capacity`` says what entitles it: ``reserved`` carries the reservation it uses;
     ``borrowed`` may carry the reservation whose idle GPUs it runs on (preemptible work only).
     ``backfilled`` marks a job that starts ahead of a blocked job without delaying it.
+    ``borrowed_gpu_eq`` is the part of ``gpu_eq`` beyond the team's nominal quota when it is
+    admitted: a ``borrowed`` job fills the team's unused nominal room first (the rest of its
+    ``gpu_eq`` is within the quota) and is still reclaimable as a whole. 0 for ``nominal`` and
+    ``reserved`` jobs.
     """
 
     job_id: JobId
@@ -42,6 +46,7 @@ class Admission:
     capacity: CapacityKind
     reservation_id: ReservationId | None = None
     backfilled: bool = False
+    borrowed_gpu_eq: Fraction = Fraction(0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +57,7 @@ class Admission:
             "capacity": self.capacity.value,
             "reservation_id": self.reservation_id,
             "backfilled": self.backfilled,
+            "borrowed_gpu_eq": gpu_eq_json(self.borrowed_gpu_eq),
         }
 
 

@@ -91,6 +91,26 @@ class Pool:
         self.free_devices += new - old
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaUse:
+    """A team's use of its quota for one GPU class, scaled GPU-eq.
+
+    A job is admitted wholly as nominal or borrowed (that decides whether a lender may reclaim
+    it), but what the team *uses* is split by amount: everything its nominal and borrowed jobs
+    hold, up to ``nominal``, is within its guarantee (``nominal_in_use``), the rest is borrowed
+    (``borrowed_in_use``). A borrowed job therefore fills the team's unused nominal room first:
+    with nominal 4 and borrowing limit 4, one 8-GPU borrowed job is 4 in use within the quota and
+    4 borrowed. ``above`` is what exceeds nominal + borrowing limit, which only happens when the
+    quota was lowered under running work; it is never counted as in use of either.
+    """
+
+    nominal: int
+    borrowing_limit: int
+    nominal_in_use: int
+    borrowed_in_use: int
+    above: int = 0
+
+
 @dataclass(slots=True)
 class PodSpot:
     """One pod's hold: ``devices`` on local node ``local`` of ``pool``."""
@@ -197,8 +217,10 @@ class State:
         self.class_version: dict[str, int] = {name: 0 for name in self.classes}
         self.nominal: dict[tuple[str, str], int] = {}
         self.borrow_limit: dict[tuple[str, str], int] = {}
-        self.nominal_used: dict[tuple[str, str], int] = {}
-        self.borrowed_used: dict[tuple[str, str], int] = {}
+        # scaled GPU-eq held by the team's jobs admitted as nominal resp. borrowed; what the team
+        # uses *within* its nominal quota and what it borrows comes from ``quota_use``
+        self.nominal_jobs_eq: dict[tuple[str, str], int] = {}
+        self.borrowed_jobs_eq: dict[tuple[str, str], int] = {}
         self.user_jobs: dict[tuple[str, str], int] = {}
         self.user_eq: dict[tuple[str, str], int] = {}
         self.reservations: dict[int, Reservation] = {r.id: r for r in snapshot.reservations}
@@ -416,9 +438,9 @@ class State:
             self.res_used[alloc.reservation_id] -= sign * alloc.eq
             self._refresh_idle(alloc.reservation_id)
         elif alloc.kind is CapacityKind.BORROWED:
-            self.borrowed_used[key] = self.borrowed_used.get(key, 0) - sign * alloc.eq
+            self.borrowed_jobs_eq[key] = self.borrowed_jobs_eq.get(key, 0) - sign * alloc.eq
         elif alloc.kind is CapacityKind.NOMINAL:
-            self.nominal_used[key] = self.nominal_used.get(key, 0) - sign * alloc.eq
+            self.nominal_jobs_eq[key] = self.nominal_jobs_eq.get(key, 0) - sign * alloc.eq
         user = (alloc.queue, alloc.user)
         self.user_jobs[user] = self.user_jobs.get(user, 0) - sign
         self.user_eq[user] = self.user_eq.get(user, 0) - sign * alloc.eq
@@ -471,6 +493,23 @@ class State:
             self.class_version[gpu] += 1
 
     # ------------------------------------------------------------------ reading
+
+    def quota_total(self, key: tuple[str, str]) -> int:
+        """Scaled GPU-eq the team's quota jobs (nominal and borrowed, not reserved) hold."""
+        return self.nominal_jobs_eq.get(key, 0) + self.borrowed_jobs_eq.get(key, 0)
+
+    def borrowing(self, key: tuple[str, str]) -> int:
+        """Scaled GPU-eq the team uses beyond its nominal quota of the class, i.e. borrows."""
+        return max(0, self.quota_total(key) - self.nominal.get(key, 0))
+
+    def quota_use(self, key: tuple[str, str]) -> QuotaUse:
+        """The team's quota use of one class, split truthfully (see ``QuotaUse``)."""
+        nominal = self.nominal.get(key, 0)
+        limit = self.borrow_limit.get(key, 0)
+        total = self.quota_total(key)
+        within = min(nominal, total)
+        borrowed = min(limit, total - within)
+        return QuotaUse(nominal, limit, within, borrowed, total - within - borrowed)
 
     def holder_reservations(self, team: str, queue: str, gpu_class: str) -> list[int]:
         """Reservations ``team`` may use for a job of ``queue`` on ``gpu_class`` (any window)."""

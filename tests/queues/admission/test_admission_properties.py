@@ -524,6 +524,136 @@ def test_a_probe_starts_now_when_a_real_twin_in_its_place_would_be_admitted(
             assert estimate is not None and estimate.at == NOW, (probe, estimate)
 
 
+# ---------------------------------------------------------------------- quota accounting
+
+
+@st.composite
+def snapshots_with_changed_quotas(draw: st.DrawFn) -> Snapshot:
+    """A snapshot whose quotas changed under the running work: raised, a team's borrowed jobs
+    may now run within its nominal quota (as when they were admitted while other work of the team
+    ran); lowered, its work may exceed nominal + borrowing limit."""
+    snapshot = draw(snapshots())
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    teams = tuple(
+        dataclasses.replace(
+            t,
+            quotas=tuple(
+                dataclasses.replace(
+                    q,
+                    nominal=q.nominal * Fraction(rng.choice([0, 1, 1, 2, 4]), 2),
+                    borrowing_limit=q.borrowing_limit * Fraction(rng.choice([0, 2, 4]), 2),
+                )
+                for q in t.quotas
+            ),
+        )
+        for t in snapshot.teams
+    )
+    return dataclasses.replace(snapshot, teams=teams)
+
+
+def _quota_use(snapshot: Snapshot, result: Plan) -> dict[tuple[str, str], Fraction]:
+    """GPU-eq of every team's nominal and borrowed jobs per class, before the plan (running)
+    plus what the plan admits (an upper bound of the use at any moment of the pass)."""
+    use: dict[tuple[str, str], Fraction] = defaultdict(Fraction)
+    for job in snapshot.running:
+        if job.capacity is not CapacityKind.RESERVED:
+            use[(job.team, job.gpu_class)] += job.gpu_eq
+    pending = {p.id: p for p in snapshot.pending}
+    for admission in result.admissions:
+        if admission.capacity is not CapacityKind.RESERVED:
+            use[(pending[admission.job_id].team, admission.gpu_class)] += admission.gpu_eq
+    return use
+
+
+@given(st.one_of(snapshots(), snapshots_with_changed_quotas()))
+@SETTINGS
+def test_quota_reasons_report_use_within_nominal_and_borrowing_limit(snapshot: Snapshot) -> None:
+    """A QuotaExceeded reason never shows more in use than nominal, nor more borrowed than the
+    borrowing limit, and its numbers leave less room than the job needs."""
+    result = plan(snapshot)
+    quotas = {(t.name, q.gpu_class): q for t in snapshot.teams for q in t.quotas}
+    for status in result.pending:
+        for reason in status.reasons:
+            if reason.code is not ReasonCode.QUOTA_EXCEEDED or "nominal" not in reason.details:
+                continue
+            d = reason.details
+            quota = quotas[(d["team"], d["gpu_class"])]
+            assert (d["nominal"], d["borrowing_limit"]) == (
+                quota.nominal,
+                quota.borrowing_limit,
+            )
+            assert 0 <= d["nominal_in_use"] <= d["nominal"], reason
+            assert 0 <= d["borrowed_in_use"] <= d["borrowing_limit"], reason
+            assert d["borrowed_in_use"] == 0 or d["nominal_in_use"] == d["nominal"], reason
+            room = d["nominal"] - d["nominal_in_use"]
+            if d["queue_may_borrow"]:
+                room += d["borrowing_limit"] - d["borrowed_in_use"]
+            assert room < d["requested"], reason
+
+
+@given(snapshots())
+@SETTINGS
+def test_an_admission_records_what_it_borrows_beyond_nominal(snapshot: Snapshot) -> None:
+    """A borrowed job's ``borrowed_gpu_eq`` is what it adds beyond the team's nominal quota; the
+    team's use beyond nominal stays within its borrowing limit."""
+    result = plan(snapshot)
+    quotas = {(t.name, q.gpu_class): q for t in snapshot.teams for q in t.quotas}
+    pending = {p.id: p for p in snapshot.pending}
+    for admission in result.admissions:
+        if admission.capacity is not CapacityKind.BORROWED:
+            assert admission.borrowed_gpu_eq == 0
+            continue
+        quota = quotas[(pending[admission.job_id].team, admission.gpu_class)]
+        assert 0 <= admission.borrowed_gpu_eq <= admission.gpu_eq
+        assert admission.borrowed_gpu_eq <= quota.borrowing_limit
+    before: dict[tuple[str, str], Fraction] = defaultdict(Fraction)
+    for job in snapshot.running:
+        if job.capacity is not CapacityKind.RESERVED:
+            before[(job.team, job.gpu_class)] += job.gpu_eq
+    final: dict[tuple[str, str], Fraction] = defaultdict(Fraction)
+    for _, team, _, _, _, eq, _, kind, _, gpu_class in holds(snapshot, result):
+        if kind is not CapacityKind.RESERVED:
+            final[(team, gpu_class)] += eq
+    for key, total in final.items():
+        limit = quotas[key].borrowing_limit
+        if before[key] - min(before[key], quotas[key].nominal) <= limit:
+            # (the random running work may already exceed it; the plan must not make it so)
+            assert total - min(total, quotas[key].nominal) <= limit
+
+
+@given(st.one_of(snapshots(), snapshots_with_changed_quotas()))
+@settings(SETTINGS, max_examples=1000)  # cases that tell are rare: a lender short on capacity
+def test_a_lender_takes_no_more_from_a_team_than_it_borrows_but_for_one_whole_job(
+    snapshot: Snapshot,
+) -> None:
+    """A team reclaiming its nominal quota preempts another team's borrowed jobs only while that
+    team uses more than its nominal quota: all of a team's jobs taken this way but one were taken
+    while it still borrowed, so together they are less than what it borrowed."""
+    result = plan(snapshot)
+    quotas = {(t.name, q.gpu_class): q for t in snapshot.teams for q in t.quotas}
+    running = {j.id: j for j in snapshot.running}
+    pending = {p.id: p for p in snapshot.pending}
+    use = _quota_use(snapshot, result)
+    taken: dict[tuple[str, str], list[Fraction]] = defaultdict(list)
+    for preemption in result.preemptions:
+        victim = running[preemption.job_id]
+        job = pending[preemption.for_job]
+        if victim.capacity is not CapacityKind.BORROWED or "reclaims its nominal" not in (
+            preemption.reason
+        ):
+            continue
+        rank = (QUEUE_BY_NAME[job.queue].priority, job.priority)
+        if (
+            victim.team == job.team
+            and (QUEUE_BY_NAME[victim.queue].priority, victim.priority) < rank
+        ):
+            continue  # the team's own lower-priority work: no lending involved
+        taken[(victim.team, victim.gpu_class)].append(victim.gpu_eq)
+    for key, amounts in taken.items():
+        borrowed = use[key] - quotas[key].nominal
+        assert sum(amounts) - max(amounts) < borrowed, (key, amounts, borrowed)
+
+
 # ---------------------------------------------------------------------- the what-if check
 
 

@@ -110,7 +110,7 @@ def test_quota_exceeded_names_quota_and_borrowing_in_use() -> None:
     quota, capacity = reasons_of(result, 10)
     assert quota.code is ReasonCode.QUOTA_EXCEEDED
     assert quota.message == (
-        "team vision: h100-80gb quota 16/16 in use, borrowing limit 8 reached (needs 2)"
+        "team vision: h100-80gb quota 16/16 in use, borrowing 8/8 in use (needs 2)"
     )
     assert quota.details == {
         "team": "vision",
