@@ -70,8 +70,12 @@ class Cluster:
         self.calls = 0  # API requests made, for the benchmark and the tests
 
     @classmethod
-    def from_kubeconfig(cls, path: str, *, context: str | None = None) -> Cluster:
-        return cls(config.new_client_from_config(config_file=path, context=context))
+    def from_kubeconfig(
+        cls, path: str, *, context: str | None = None, timeout: tuple[float, float] = (3, 15)
+    ) -> Cluster:
+        return cls(
+            config.new_client_from_config(config_file=path, context=context), timeout=timeout
+        )
 
     @classmethod
     def in_cluster(cls) -> Cluster:

@@ -603,3 +603,27 @@ def test_with_the_watch_fed_mirror_a_cycle_calls_the_api_only_for_what_changed(
     # Read the team's namespace, create it, create the Job: the watches bring the rest.
     assert admitting.api_calls == 3
     assert starting.api_calls == 0
+
+
+def test_a_create_that_times_out_but_happened_is_not_made_twice(sim_cluster, mia):
+    # The cluster creates the Job but answers after the client gave up: the portal cannot know
+    # whether it happened. The next cycle's create finds its own Job and takes that as success.
+    impatient = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig), timeout=(1, 0.5))
+    job = submit(mia, capability="min-40gb", seconds=600)
+    sim_cluster.delay_requests(2, count=1, method="POST", path="/jobs$", after=True)
+    try:
+        first = reconcile_cycle(cluster=impatient, now=sim_cluster.now())
+        job.refresh_from_db()
+        assert first.unreachable and job.state == JobState.ADMITTED and job.k8s_job_name == ""
+
+        second = reconcile_cycle(cluster=impatient, now=sim_cluster.now())
+    finally:
+        impatient.close()
+
+    job.refresh_from_db()
+    assert second.jobs_created == 0  # it already existed
+    assert job.k8s_job_name == f"gpuportal-job-{job.pk}"
+    names = [
+        j.metadata.name for j in sim_cluster.batch().list_namespaced_job(job.team.namespace).items
+    ]
+    assert names == [f"gpuportal-job-{job.pk}"]
