@@ -12,6 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = [
     ("Admission engine: one full plan", ["bench/bench_admission.py"]),
+    ("Reconcile: one cycle against the simulated cluster", ["bench/bench_reconcile.py"]),
+    ("Pages, API and submissions under gunicorn", ["bench/bench_web.py"]),
 ]
 
 
