@@ -462,6 +462,11 @@ class Job(models.Model):
             models.Index(fields=["team", "state"], name="job_team_state"),
             models.Index(fields=["queue", "state"], name="job_queue_state"),
             models.Index(fields=["owner", "state"], name="job_owner_state"),
+            # The catalog's past waits read recent admissions; few jobs are terminating.
+            models.Index(fields=["queue", "admitted_at"], name="job_queue_admitted"),
+            models.Index(
+                fields=["terminating"], name="job_terminating", condition=Q(terminating=True)
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(pods__gte=1), name="job_pods_positive"),

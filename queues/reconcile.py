@@ -242,6 +242,7 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
     existing = {n.name: n for n in Node.objects.all()}
     changed: list[Node] = []
     created: list[Node] = []
+    seen: list[int] = []
     fields = [
         "gpu_class",
         "product",
@@ -259,7 +260,6 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
         "maintenance_until",
         "gpus_used_outside",
         "outside_devices",
-        "last_seen_at",
     ]
     for facts in view.nodes:
         outside = dict(sorted(use[facts.name].outside.items())) if facts.name in use else {}
@@ -287,16 +287,21 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
         if node is None:
             created.append(Node(name=facts.name, **values))
             continue
-        for key, value in values.items():
-            setattr(node, key, value)
-        changed.append(node)
+        seen.append(node.pk)
+        values.pop("last_seen_at")
+        if any(getattr(node, key) != value for key, value in values.items()):
+            for key, value in values.items():
+                setattr(node, key, value)
+            changed.append(node)
     for gone in existing.values():
         if gone.healthy or gone.health_reason != "not reported by the cluster":
             gone.healthy = False
             gone.health_reason = "not reported by the cluster"
             changed.append(gone)
     Node.objects.bulk_create(created)
+    # Only what changed is written; most cycles change no node at all.
     Node.objects.bulk_update(changed, fields, batch_size=500)
+    Node.objects.filter(pk__in=seen).update(last_seen_at=now)
 
 
 def _outside_gpu_eq(
@@ -558,7 +563,21 @@ def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: C
 def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
     """Open an interval for every portal pod that started, close it when the pod ends or goes."""
     pods = {p.uid: p for p in view.pods if p.job_id is not None}
-    started = [p for p in pods.values() if p.node and p.devices and p.container.started_at]
+    open_intervals = list(UsageInterval.objects.filter(ended_at__isnull=True))
+    known = {i.pod_uid for i in open_intervals}
+    started = [
+        p
+        for p in pods.values()
+        if p.node and p.devices and p.container.started_at and p.uid not in known
+    ]
+    if started:
+        # A pod whose interval already closed must not open a second one.
+        known |= set(
+            UsageInterval.objects.filter(pod_uid__in=[p.uid for p in started]).values_list(
+                "pod_uid", flat=True
+            )
+        )
+        started = [p for p in started if p.uid not in known]
     jobs = Job.objects.select_related("team", "gpu_class").in_bulk({p.job_id for p in started})
     replicas = dict(Node.objects.values_list("name", "time_slice_replicas"))
     opened = [
@@ -580,11 +599,16 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
         if p.job_id in jobs and jobs[p.job_id].gpu_class is not None
         for share in [_share(p, jobs[p.job_id], replicas.get(p.node, 1))]
     ]
-    before = UsageInterval.objects.count()
+    # Unique pod UIDs keep a crashed cycle's rerun from counting a pod twice.
     UsageInterval.objects.bulk_create(opened, ignore_conflicts=True)
-    report.intervals_opened += UsageInterval.objects.count() - before
+    report.intervals_opened += len(opened)
+    if opened:
+        # A pod that started and ended since the last cycle is closed in this one.
+        open_intervals += UsageInterval.objects.filter(
+            pod_uid__in=[i.pod_uid for i in opened], ended_at__isnull=True
+        )
 
-    for interval in UsageInterval.objects.filter(ended_at__isnull=True):
+    for interval in open_intervals:
         pod = pods.get(interval.pod_uid)
         if pod is not None and pod.container.finished_at:
             end, estimated = pod.container.finished_at, False
@@ -767,7 +791,6 @@ def cluster_apply(
     cluster: Cluster, view: ClusterView, *, now: datetime, report: CycleReport
 ) -> None:
     """Create the Jobs of admitted jobs, delete those of jobs that are ending."""
-    namespaces: set[str] = set()
     to_create = (
         Job.objects.filter(state=JobState.ADMITTED, k8s_job_name="")
         .select_related("team", "queue", "gpu_class")
@@ -776,9 +799,7 @@ def cluster_apply(
     for job in to_create:
         manifest = job_manifest(launch_spec(job))
         try:
-            if job.team.namespace not in namespaces:
-                cluster.ensure_namespace(job.team.namespace)
-                namespaces.add(job.team.namespace)
+            cluster.ensure_namespace(job.team.namespace)
             created = cluster.create_job(manifest)
         except ClusterRejected as exc:
             _create_refused(job, exc, now=now, report=report)

@@ -231,15 +231,18 @@ class QueueEntry:
         return (self.job.name or f"job {self.job.pk}") if self.mine else "another team's job"
 
 
-def queue_pending(queue: Queue, user: Any) -> list[QueueEntry]:
-    """The queue's pending jobs in plan order (position), those of the user's teams named."""
+def queue_pending(queue: Queue, user: Any, *, limit: int = 100) -> tuple[list[QueueEntry], int]:
+    """The first ``limit`` of the queue's pending jobs in plan order (position), those of the
+    user's teams named, and how many wait in all."""
     teams = set(Team.objects.filter(members=user).values_list("pk", flat=True))
-    pending = (
-        Job.objects.filter(queue=queue, state=JobState.PENDING)
-        .select_related("team", "capability_class")
-        .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")
+    pending = Job.objects.filter(queue=queue, state=JobState.PENDING)
+    first = (
+        pending.select_related("team", "capability_class")
+        .defer("command", "args", "env", "image")
+        .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")[:limit]
     )
-    return [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in pending]
+    entries = [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in first]
+    return entries, (pending.count() if len(entries) == limit else len(entries))
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
         (capability, capability.resolve(allowed))
         for capability in queue.allowed_capability_classes.all()
     ]
+    pending, pending_total = queue_pending(queue, request.user)
     return render(
         request,
         "queues/queue_detail.html",
@@ -40,6 +41,7 @@ def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
             "capabilities": capabilities,
             "my_teams": teams_of(request.user),
             "live": queues_live([queue], request.user, now=timezone.now())[queue.pk],
-            "pending": queue_pending(queue, request.user),
+            "pending": pending,
+            "pending_total": pending_total,
         },
     )

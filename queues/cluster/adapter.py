@@ -68,6 +68,7 @@ class Cluster:
         self.batch = client.BatchV1Api(api_client)
         self.timeout = timeout
         self.calls = 0  # API requests made, for the benchmark and the tests
+        self._namespaces: set[str] = set()
 
     @classmethod
     def from_kubeconfig(
@@ -171,6 +172,14 @@ class Cluster:
     # --- writes ----------------------------------------------------------------------------------
 
     def ensure_namespace(self, name: str) -> None:
+        """Make sure the namespace exists (remembered for this client's life: namespaces the
+        portal creates are not expected to vanish, and a create would recreate one anyway)."""
+        if name in self._namespaces:
+            return
+        self._ensure_namespace(name)
+        self._namespaces.add(name)
+
+    def _ensure_namespace(self, name: str) -> None:
         try:
             self._call(self.core.read_namespace, name)
         except ClusterRejected as exc:
@@ -190,6 +199,12 @@ class Cluster:
             self._call(self.batch.create_namespaced_job, namespace, manifest)
             return True
         except ClusterRejected as exc:
+            if exc.status == 404:
+                # The namespace went away since it was remembered: make it again, once.
+                self._namespaces.discard(namespace)
+                self.ensure_namespace(namespace)
+                self._call(self.batch.create_namespaced_job, namespace, manifest)
+                return True
             if exc.status != 409:
                 raise
         existing = self._call(
