@@ -57,30 +57,25 @@ STEPS = (
 
 
 WHERE_THE_TIME_GOES = """\
-### Where the time goes (cProfile of the 200-change cycle, `--profile`)
+### Where the time goes
 
-- **API calls do not follow the changes.** `read_cluster` lists every node, every bound pod, every
-  portal pod and every portal Job each cycle, in pages of 500: 2 + 10 + 10 + 10 = 32 requests
-  at 5,000 pods with nothing changed, and about 14 MB of pod JSON parsed. On top, each change
-  costs its own requests: a create or delete per Job, and `ensure_namespace` reads (and maybe
-  creates) each team namespace the first time a cycle creates a Job in it, every cycle. Goal
-  not met: the fix is an informer-style cache (list once, then `watch` nodes, pods and Jobs
-  from the last resourceVersion each cycle, relist on 410; the adapter already has `watch`),
-  and a per-process set of namespaces known to exist.
-- **`nodes_sync` rewrites all 672 nodes every cycle**: one `bulk_update` of 17 fields, which
-  Django builds as 17 `CASE WHEN` expressions over every node (~11,000 expression objects;
-  2-6 s of Python in the profile, most of a steady cycle). Fix: compare each node's values
-  with the row and `bulk_update` only those that changed; write `last_seen_at` with one
-  `filter(name__in=…).update(...)` (or not per cycle at all).
-- **`usage_sync` re-inserts an interval for every started pod every cycle** (5,000 rows of
-  `INSERT … ON CONFLICT DO NOTHING`) and counts the whole `UsageInterval` table twice to learn
-  how many were new — that count grows with all history. Fix: skip pods whose UID already has
-  an interval (the open ones are loaded anyway) and use the rows `bulk_create` returns.
-- `snapshot_build` and the engine take about a second at 5,000 running jobs; per-change work
-  (`job_transition`: a transaction, an UPDATE and an event INSERT per change) is proportional.
-- Much of `cluster_apply`'s time is the simulated cluster itself: a create or delete there
-  re-runs its scheduler over 672 nodes under one lock (tens of ms per call), which a real API
-  server does not; the "waiting for the API" column shows that share."""
+- **Reads cost no API call.** In mirror mode (the worker's) the cycle reads the watch-fed copy
+  of nodes, pods and Jobs; its API calls are its writes: one create or delete per Job that
+  changed (finished pods cost nothing: their end arrives through the watch). In list mode
+  (`--mode list`, as `reconcile --once`) every cycle lists nodes, bound pods, portal pods and
+  portal Jobs in pages of 500 (32 requests at 5,000 pods, ~14 MB of JSON).
+- **The portal's own work** in a steady cycle is about 1.5-2 s at 5,000 running jobs:
+  `snapshot_build` (reading 5,000 jobs and building the engine's snapshot, ~0.8 s), the engine's
+  plan, and the node and job passes. Per change it adds a transaction (conditional UPDATE plus
+  timeline INSERT) and, for creates and deletes, one API call.
+- **Writes to the simulated cluster are slow** (tens of ms each: it re-runs its scheduler over
+  672 nodes under one lock), which a real API server is not: that is the "waiting for the API"
+  column, most of a cycle with many changes.
+- Fixed after the first run of this benchmark: `nodes_sync` rewrote all 672 nodes every cycle
+  (now only changed ones, and it compared foreign keys by object: a query per node);
+  `usage_sync` re-inserted an interval for every running pod and counted the whole table
+  (now only new pods); `ensure_namespace` read every namespace every cycle (now remembered);
+  the check for unknown Jobs put every Job id in one IN list (now only those not holding pods)."""
 
 
 # --- The simulated cluster, in a process of its own ---------------------------------------------
@@ -292,7 +287,30 @@ def holding_pods() -> int:
     return Job.objects.filter(state__in=(JobState.ADMITTED, JobState.RUNNING)).count()
 
 
-def measured_cycle(cluster: Any, sim: SimControl, spent: dict[str, float], profile: bool = False):
+def settle(mirror: Any, quiet: float = 0.5, limit: float = 60.0) -> None:
+    """Wait until the mirror's watches have delivered what happened (no new resourceVersion for
+    ``quiet`` seconds), as the worker's mirror would have between two beats."""
+    if mirror is None:
+        return
+    deadline = time.monotonic() + limit
+    last = None
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline:
+        now_versions = tuple(f.resource_version for f in mirror.followers.values())
+        if now_versions != last:
+            last, stable_since = now_versions, time.monotonic()
+        elif time.monotonic() - stable_since >= quiet:
+            return
+        time.sleep(0.05)
+
+
+def measured_cycle(
+    cluster: Any,
+    sim: SimControl,
+    spent: dict[str, float],
+    profile: bool = False,
+    mirror: Any = None,
+):
     from django.db import connection
 
     from queues.reconcile import reconcile_cycle
@@ -305,11 +323,12 @@ def measured_cycle(cluster: Any, sim: SimControl, spent: dict[str, float], profi
         return execute(sql, params, many, context)
 
     profiler = cProfile.Profile() if profile else None
+    settle(mirror)
     now = sim.now()
     with connection.execute_wrapper(count):
         if profiler:
             profiler.enable()
-        report = reconcile_cycle(cluster=cluster, now=now)
+        report = reconcile_cycle(cluster=cluster, now=now, mirror=mirror)
         if profiler:
             profiler.disable()
     return report, queries[0], dict(spent), profiler
@@ -320,12 +339,19 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=5000)
     parser.add_argument("--changes", default="200,1000")
     parser.add_argument("--profile", action="store_true", help="cProfile the first change cycle")
+    parser.add_argument(
+        "--mode",
+        choices=["mirror", "list"],
+        default="mirror",
+        help="read the cluster from the watch-fed mirror (as the worker does) or list it",
+    )
     args = parser.parse_args()
     changes = [int(c) for c in args.changes.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-reconcile-"))
     synthetic.database_create(DATABASE)
     server = None
     cluster = None
+    mirror = None
     try:
         synthetic.django_setup(DATABASE, CELERY_BROKER_URL=REDIS_URL)
         synthetic.migrate_and_apply_policy(tmp)
@@ -349,6 +375,11 @@ def main() -> None:
         setup_seconds = time.perf_counter() - setup_started
         sim = SimControl(tmp / "kubeconfig", url)
         cluster = Cluster.from_kubeconfig(str(tmp / "kubeconfig"))
+        if args.mode == "mirror":
+            from queues.cluster.mirror import ClusterMirror
+
+            mirror = ClusterMirror(cluster).start()
+            assert mirror.wait_synced(120), mirror.error()
         spent = step_timers()
         sim.advance(5)  # image pulls done: every pod runs
         rows = []
@@ -356,7 +387,7 @@ def main() -> None:
 
         def row(label: str, finish: int, cancel: int, submit: int, profile: bool = False):
             holding = holding_pods()
-            report, queries, steps, profiler = measured_cycle(cluster, sim, spent, profile)
+            report, queries, steps, profiler = measured_cycle(cluster, sim, spent, profile, mirror)
             assert report.ran and not report.unreachable, report.summary()
             api_wait = steps.pop("api wait", 0.0)
             top = sorted(steps.items(), key=lambda kv: -kv[1])[:4]
@@ -390,10 +421,20 @@ def main() -> None:
             elapsed += 40
             from queues.reconcile import reconcile_cycle
 
-            reconcile_cycle(cluster=cluster, now=sim.now())
-            reconcile_cycle(cluster=cluster, now=sim.now())
+            settle(mirror)
+            reconcile_cycle(cluster=cluster, now=sim.now(), mirror=mirror)
+            settle(mirror)
+            reconcile_cycle(cluster=cluster, now=sim.now(), mirror=mirror)
         row("steady again, 0 changes", 0, 0, 0)
         lines = [
+            f"Mode: {args.mode} ("
+            + (
+                "the cycle reads the watch-fed mirror, as the Celery worker does"
+                if args.mode == "mirror"
+                else "the cycle lists the cluster, as `reconcile --once` does"
+            )
+            + ").",
+            "",
             f"Cluster: {len(synthetic.node_names())} nodes / "
             f"{len(synthetic.node_names()) * synthetic.GPUS_PER_NODE:,} GPUs, "
             f"{args.running:,} one-GPU jobs running, 50 teams, 12 queues; PostgreSQL; the "
@@ -415,6 +456,8 @@ def main() -> None:
         if profile_text:
             print("\n```\n" + profile_text + "\n```")
     finally:
+        if mirror is not None:
+            mirror.stop()
         if cluster is not None:
             cluster.close()
         if server is not None and server.is_alive():

@@ -221,7 +221,16 @@ def cluster_reachable(*, now: datetime, unknown: list[str]) -> None:
 def unknown_jobs(view: ClusterView) -> list[str]:
     """Jobs that carry the portal's labels but match no job in the database: reported (log and
     admin), never deleted automatically, since something the portal does not know made them."""
-    known = set(Job.objects.filter(pk__in=list(view.jobs)).values_list("pk", flat=True))
+    # Most of the cluster's portal Jobs belong to jobs holding pods: read those ids through the
+    # state index, and look up only the rest one by one in a small IN list.
+    holding = set(
+        Job.objects.filter(
+            Q(state__in=(JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED))
+            | Q(terminating=True)
+        ).values_list("pk", flat=True)
+    )
+    rest = [job_id for job_id in view.jobs if job_id not in holding]
+    known = holding | set(Job.objects.filter(pk__in=rest).values_list("pk", flat=True))
     unknown = sorted(
         f"{raw['metadata'].get('namespace', '')}/{raw['metadata'].get('name', '')}"
         for job_id, raw in view.jobs.items()
@@ -265,7 +274,8 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
         outside = dict(sorted(use[facts.name].outside.items())) if facts.name in use else {}
         gpu_class = classes.get(facts.product)
         values = {
-            "gpu_class": gpu_class,
+            # The id, not the object: comparing objects would load every node's class.
+            "gpu_class_id": gpu_class.pk if gpu_class is not None else None,
             "product": facts.product,
             "gpu_count": facts.gpu_count,
             "mig_layout": facts.mig_layout,

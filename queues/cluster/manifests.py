@@ -22,6 +22,7 @@ MANAGED_BY = "gpu-portal"
 # activeDeadlineSeconds covers the Job's whole life, including that start-up.
 STARTUP_ALLOWANCE = timedelta(minutes=10)
 DEFAULT_GRACE = timedelta(seconds=30)
+FINISHED_JOB_TTL = timedelta(hours=1)
 CHECKPOINT_ROOT = "/checkpoints"
 RUN_AS_USER = 1000
 
@@ -158,6 +159,9 @@ def job_manifest(spec: LaunchSpec) -> dict[str, Any]:
             "completionMode": "Indexed",
             "backoffLimit": 0,
             "activeDeadlineSeconds": int(deadline.total_seconds()),
+            # The cluster removes a finished Job (and its pods' logs) an hour after it ended;
+            # the portal has recorded its outcome and usage by then.
+            "ttlSecondsAfterFinished": int(FINISHED_JOB_TTL.total_seconds()),
             "template": {
                 "metadata": {
                     "labels": labels,
