@@ -638,3 +638,23 @@ class QueueEstimate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} for {self.team}: {self.estimated_start}"
+
+
+class QueueStats(models.Model):
+    """A queue's live numbers for the catalog, refreshed by every reconcile (pages read one row
+    instead of summing the cluster per request): free GPU-equivalents per allowed class, past
+    waits, and how many jobs wait and run."""
+
+    queue = models.OneToOneField(Queue, on_delete=models.CASCADE, related_name="stats")
+    free = models.JSONField(default=dict, help_text="GPU class → free GPU-equivalents (text)")
+    wait_p50 = models.DurationField(null=True, blank=True)
+    wait_p90 = models.DurationField(null=True, blank=True)
+    pending = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "queue stats"
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.pending} pending, {self.running} running"

@@ -47,7 +47,7 @@ from queues.models import (
     Team,
     UsageInterval,
 )
-from queues.services import lease_acquire, lease_release
+from queues.services import lease_acquire, lease_release, queue_stats_refresh
 from queues.snapshot import snapshot_build
 
 logger = logging.getLogger(__name__)
@@ -180,6 +180,7 @@ def reconcile_cycle(
         plan = engine.plan(snapshot)
         plan_apply(plan, now=now, report=report)
         queue_estimates_store(snapshot, plan, now=now)
+        queue_stats_refresh(now=now)
         try:
             cluster_apply(cluster, view, now=now, report=report)
         except ClusterUnreachable as exc:

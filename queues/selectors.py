@@ -24,6 +24,7 @@ from queues.models import (
     Node,
     Queue,
     QueueEstimate,
+    QueueStats,
     Reservation,
     Team,
 )
@@ -348,10 +349,14 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
         else:
             capacity = Fraction(node.gpu_count)
         free[gpu_class.name] += capacity - Fraction(str(node.gpus_used_outside))
-    holding = Job.objects.filter(
-        Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
-        gpu_class__isnull=False,
-    ).only("pods", "gpus_per_pod", "mig_profile", "nodes", "gpu_class_id")
+    holding = (
+        Job.objects.filter(
+            Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
+            gpu_class__isnull=False,
+        )
+        .order_by()
+        .only("pods", "gpus_per_pod", "mig_profile", "nodes", "gpu_class_id")
+    )
     for job in holding:
         gpu_class = classes[job.gpu_class_id]
         if job.mig_profile and job.mig_profile in gpu_class.mig_profiles:
@@ -371,7 +376,7 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
 
 def queues_live(queues: list[Queue], user: Any, *, now: datetime) -> dict[int, QueueLive]:
     """The live state of ``queues`` as ``user`` sees it (expected wait: the soonest of their
-    teams'); a fixed number of queries however many queues and jobs."""
+    teams'), as of the last reconcile: three queries however many queues and jobs."""
     ids = [q.pk for q in queues]
     team_ids = set(Team.objects.filter(members=user).values_list("pk", flat=True))
     estimates: dict[int, list[tuple[datetime | None, str]]] = defaultdict(list)
@@ -380,6 +385,30 @@ def queues_live(queues: list[Queue], user: Any, *, now: datetime) -> dict[int, Q
     ).values_list("queue_id", "team_id", "estimated_start", "note"):
         if team_id in team_ids or is_admin(user):
             estimates[queue_id].append((start, note))
+    stats = {st.queue_id: st for st in QueueStats.objects.filter(queue_id__in=ids)}
+    live = {}
+    for queue in queues:
+        known = [s for s, _ in estimates[queue.pk] if s is not None]
+        soonest = min(known) if known else None
+        notes = [n for s, n in estimates[queue.pk] if s is None and n]
+        st = stats.get(queue.pk)
+        free = st.free if st else {}
+        live[queue.pk] = QueueLive(
+            expected_wait=max(soonest - now, timedelta(0)) if soonest else None,
+            expected_note="" if soonest else (notes[0] if notes else "no estimate yet"),
+            wait_p50=st.wait_p50 if st else None,
+            wait_p90=st.wait_p90 if st else None,
+            pending=st.pending if st else 0,
+            running=st.running if st else 0,
+            free={g.name: Decimal(free.get(g.name, "0")) for g in queue.allowed_gpu_classes.all()},
+        )
+    return live
+
+
+def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
+    """Every active queue's numbers for ``QueueStats`` (the reconcile stores them)."""
+    queues = list(Queue.objects.active().prefetch_related("allowed_gpu_classes"))
+    ids = [q.pk for q in queues]
     counts: dict[tuple[int, str], int] = {
         (row["queue_id"], row["state"]): row["n"]
         for row in Job.objects.filter(
@@ -389,23 +418,22 @@ def queues_live(queues: list[Queue], user: Any, *, now: datetime) -> dict[int, Q
         .annotate(n=Count("id"))
     }
     waits: dict[int, list[timedelta]] = defaultdict(list)
-    for queue_id, submitted, admitted in Job.objects.filter(
-        queue_id__in=ids, admitted_at__gte=now - HISTORY_WINDOW
-    ).values_list("queue_id", "submitted_at", "admitted_at"):
+    for queue_id, submitted, admitted in (
+        Job.objects.filter(queue_id__in=ids, admitted_at__gte=now - HISTORY_WINDOW)
+        .order_by()
+        .values_list("queue_id", "submitted_at", "admitted_at")
+    ):
         waits[queue_id].append(admitted - submitted)
     free = free_gpu_equivalents(now)
-    live = {}
-    for queue in queues:
-        known = [s for s, _ in estimates[queue.pk] if s is not None]
-        soonest = min(known) if known else None
-        notes = [n for s, n in estimates[queue.pk] if s is None and n]
-        live[queue.pk] = QueueLive(
-            expected_wait=max(soonest - now, timedelta(0)) if soonest else None,
-            expected_note="" if soonest else (notes[0] if notes else "no estimate yet"),
-            wait_p50=percentile(waits[queue.pk], 0.5),
-            wait_p90=percentile(waits[queue.pk], 0.9),
-            pending=counts.get((queue.pk, JobState.PENDING), 0),
-            running=counts.get((queue.pk, JobState.RUNNING), 0),
-            free={g.name: free.get(g.name, Decimal(0)) for g in queue.allowed_gpu_classes.all()},
-        )
-    return live
+    return {
+        q.pk: {
+            "free": {
+                g.name: str(free.get(g.name, Decimal(0))) for g in q.allowed_gpu_classes.all()
+            },
+            "wait_p50": percentile(waits[q.pk], 0.5),
+            "wait_p90": percentile(waits[q.pk], 0.9),
+            "pending": counts.get((q.pk, JobState.PENDING), 0),
+            "running": counts.get((q.pk, JobState.RUNNING), 0),
+        }
+        for q in queues
+    }

@@ -28,6 +28,7 @@ from queues.models import (
     Lease,
     Node,
     Queue,
+    QueueStats,
     Quota,
     Reservation,
     Team,
@@ -652,3 +653,16 @@ def job_checkpoint(*, job: Job, at: datetime | None = None) -> bool:
                 job_id=job.pk, at=at, kind="checkpoint", message="checkpoint reported"
             )
     return bool(recorded)
+
+
+def queue_stats_refresh(*, now: datetime) -> None:
+    """Store every queue's live numbers (free GPUs, past waits, counts) for the catalog."""
+    from queues.selectors import queue_stats_compute
+
+    computed = queue_stats_compute(now=now)
+    with transaction.atomic():
+        QueueStats.objects.exclude(queue_id__in=list(computed)).delete()
+        for queue_id, values in computed.items():
+            QueueStats.objects.update_or_create(
+                queue_id=queue_id, defaults={**values, "computed_at": now}
+            )

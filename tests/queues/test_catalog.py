@@ -292,6 +292,11 @@ class TestLiveState:
             mig_profile="3g.40gb",
         )
         assert Job.objects.count() == 2
+        from django.utils import timezone
+
+        from queues.services import queue_stats_refresh
+
+        queue_stats_refresh(now=timezone.now())  # what every reconcile does
 
         live = dict(
             (q.name, state) for q, state in page_client(mia).get("/queues/").context["queues"]

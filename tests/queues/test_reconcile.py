@@ -450,6 +450,21 @@ def test_each_cycle_publishes_every_queues_expected_wait_per_team(sim_cluster, c
     assert estimates[("inference", "search")].estimated_start == sim_cluster.now()
 
 
+def test_each_cycle_refreshes_the_catalogs_numbers(sim_cluster, cycle, mia):
+    from decimal import Decimal
+
+    from queues.models import QueueStats
+
+    submit(mia, queue="training", capability="bf16-large", pods=1, gpus_per_pod=4)
+    cycle()
+
+    stats = QueueStats.objects.get(queue__name="training")
+    assert (stats.pending, stats.running) == (0, 0)  # admitted: neither waiting nor running yet
+    # 2 whole-GPU A100 nodes (16) + the MIG node's slices (28 × 1/7 + 8 × 3/7), 4 now held.
+    assert Decimal(stats.free["a100-80gb"]) == Decimal("19.43")
+    assert Decimal(stats.free["h100-80gb"]) == Decimal("32.00")  # h100-05 is in maintenance
+
+
 def test_a_mig_job_runs_on_a_slice_and_is_counted_as_its_share(sim_cluster, cycle, mia):
     from fractions import Fraction
 
