@@ -60,30 +60,24 @@ CODES = [
 WHERE_THE_TIME_GOES = """\
 ### Where the time goes (EXPLAIN ANALYZE and cProfile at 100,000 jobs)
 
-- **`/queues/` and the queue page pay for the catalog's live state on every request**
-  (`queues_live`): the historical waits load every job admitted in the last 14 days — a
-  sequential scan of all jobs (no index on `admitted_at`), ~19,000 rows into Python, ~50 ms of
-  SQL — to take two percentiles; `free_gpu_equivalents` loads every job holding GPUs (~4,900
-  rows; the `OR terminating` condition defeats the state index: another sequential scan, ~45
-  ms) and sums `Fraction`s per job. Both grow with the cluster's throughput, not with the page.
-  Fix: compute both in the reconcile, which already has the snapshot and the plan, and store
-  them per queue (next to `QueueEstimate`), so a page reads 12 rows; meanwhile a partial index
-  on `Job(terminating) WHERE terminating` lets PostgreSQL use a BitmapOr for the holding-jobs
-  query, and the models' default ordering adds a needless sort of those rows.
-- **The queue page renders the whole pending list** (~700 rows, 210 KiB of HTML for the
-  busiest queue; ~200 ms of template time). Fix: paginate it like `/jobs/` (the positions are
-  stored, so page N is an indexed range).
+- **The catalog and the queue page read the live numbers the reconcile stored** (free GPUs per
+  class, past waits, pending and running counts: one `QueueStats` row per queue, plus the
+  per-team expected waits in `QueueEstimate`). The first version summed them per request (two
+  sequential scans of the jobs table and ~19,000 + ~4,900 rows into Python: ~350 ms); the
+  reconcile now does it once a cycle. What remains per request is the queues, their terms
+  (prefetched M2M) and rendering.
+- **The queue page lists the first 100 waiting jobs** and says how many wait in all (it used to
+  render every one: ~700 rows, 210 KiB for the busiest queue).
 - `/jobs/` and `GET /api/jobs/` are paginated and use a fixed number of queries (10 and 4);
   their SQL is the page plus a `COUNT(*)` over the caller's teams' jobs (6,000 rows here).
-- **A submission costs ~11.5 ms of one core in-process** (17 queries): the serializer's
-  validation (~20 %), `job_submit` (~38 %: the queue-terms checks, then a transaction writing
-  the job, its event and the coalescing lease), token authentication — which UPDATEs
-  `last_used_at` on every request (~16 %) — and rendering the 201 body (~16 %). Two sync
-  workers on two shared cores therefore top out near 2 × 1,000 / 11.5 ≈ 170 / s before
-  PostgreSQL's own CPU; 500 / s needs about three times less work per submission (throttle
-  the `last_used_at` write to once a minute, skip re-reading what the serializer already
-  resolved, a batch endpoint) or more cores and workers. The load generator used about 5 %
-  of the CPU, so it is not the limit."""
+- **A submission costs ~11 ms of one core in-process** (about 17 queries): the serializer's
+  validation, `job_submit` (the queue-terms checks, then a transaction writing the job, its
+  event and the coalescing lease), token authentication (its `last_used_at` is now written at
+  most once a minute) and rendering the 201 body. Two sync workers on two shared cores
+  therefore top out near 170-200 / s before PostgreSQL's own CPU: 500 / s needs about three
+  times less work per submission (skip re-reading what the serializer already resolved, fewer
+  queries in the terms checks, a batch endpoint) or more cores and workers. The load generator
+  used about 5 % of the CPU, so it is not the limit."""
 
 
 # --- Data ----------------------------------------------------------------------------------------
@@ -423,6 +417,11 @@ def main() -> None:
         Node.objects.bulk_create(synthetic.node_rows())
         made = jobs_create(args.jobs)
         estimates_create()
+        from django.utils import timezone
+
+        from queues.services import queue_stats_refresh
+
+        queue_stats_refresh(now=timezone.now())  # as every reconcile does
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
         setup = time.perf_counter() - started
