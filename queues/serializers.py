@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queues.models import CapabilityClass, GpuClass, Queue
-from queues.policy import format_duration
+from queues.policy import QUEUE_FIELDS, format_duration
 
 
 class DurationText(serializers.Field):
@@ -91,28 +91,8 @@ class QueueSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Queue
-        fields = [
-            "name",
-            "description",
-            "priority",
-            "expected_wait_target",
-            "max_runtime",
-            "default_runtime",
-            "preemption_class",
-            "grace_period",
-            "sharing_mode",
-            "allowed_gpu_classes",
-            "allowed_capability_classes",
-            "checkpoint_interval",
-            "max_gpus_per_job",
-            "max_running_jobs_per_user",
-            "max_gpus_per_user",
-            "job_priority",
-            "teams",
-            "may_borrow",
-            "reservation_only",
-            "required_topology",
-        ]
+        # The API publishes exactly the terms the policy file sets.
+        fields = list(QUEUE_FIELDS)
 
     @extend_schema_field(
         serializers.DictField(child=serializers.IntegerField(), help_text="min, default, max")
