@@ -35,3 +35,15 @@ def gpus(value: Decimal | int | None) -> str:
 def when(value: object) -> dict[str, object]:
     """A time stamp as ``<time>``: UTC in the markup (and on hover), local time on screen."""
     return {"value": value}
+
+
+@register.filter
+def roughly(value: timedelta | None) -> str:
+    """An estimate, rounded as people say it: ``~12h`` rather than ``11h59m17s``."""
+    if value is None:
+        return ""
+    seconds = value.total_seconds()
+    if seconds < 60:
+        return "under a minute"
+    step = 60 if seconds < 2 * 3600 else 15 * 60
+    return "~" + format_duration(timedelta(seconds=round(seconds / step) * step))

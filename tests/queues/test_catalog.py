@@ -270,6 +270,7 @@ class TestLiveState:
         batch_card = html[html.index('id="queue-batch"') :]
         assert "Expected wait now" in batch_card
         assert "(target 2h)" in batch_card
+        assert "~30m" in batch_card  # an estimate is rounded as people say it
 
     def test_free_gpus_count_healthy_in_service_capacity_minus_what_pods_hold(self, mia):
         from decimal import Decimal
