@@ -117,6 +117,10 @@ class SimCluster:
         self._runs: dict[str, PodRun] = {}
         self._jobs: dict[str, JobRun] = {}
         self._pending: set[str] = set()
+        # Resources held per node, kept as pods bind and end (not recomputed from every pod on
+        # each scheduling pass, which made a write cost O(pods)).
+        self._node_used: dict[str, dict[str, int]] = {}
+        self._holding: set[str] = set()
         self._dirty_jobs: set[str] = set()
         self._schedule_dirty = False
         self.events = EventRecorder(self.store, max_events)
@@ -680,14 +684,25 @@ class SimCluster:
 
     def _usage(self) -> dict[str, dict[str, int]]:
         """Resources held per node: bound pods that have not finished (terminating ones too)."""
-        usage: dict[str, dict[str, int]] = {}
-        for run in self._runs.values():
-            if run.node is None or run.finished_at is not None:
-                continue
-            held = usage.setdefault(run.node, {})
-            for resource, amount in run.requests.items():
-                held[resource] = held.get(resource, 0) + amount
-        return usage
+        return {node: dict(used) for node, used in self._node_used.items()}
+
+    def _hold(self, run: PodRun) -> None:
+        """``run`` now holds its requests on its node (once)."""
+        if run.uid in self._holding or run.node is None:
+            return
+        self._holding.add(run.uid)
+        used = self._node_used.setdefault(run.node, {})
+        for resource, amount in run.requests.items():
+            used[resource] = used.get(resource, 0) + amount
+
+    def _release(self, run: PodRun) -> None:
+        """``run`` no longer holds anything (once)."""
+        if run.uid not in self._holding or run.node is None:
+            return
+        self._holding.discard(run.uid)
+        used = self._node_used.get(run.node, {})
+        for resource, amount in run.requests.items():
+            used[resource] = used.get(resource, 0) - amount
 
     def _schedule_pending(self) -> None:
         if not self._pending:
@@ -782,6 +797,7 @@ class SimCluster:
         self._pending.discard(run.uid)
         run.node = node_name
         run.bound_at = self._moment
+        self._hold(run)
         run.unschedulable_message = ""
         number = self._node_numbers.get(node_name, 0)
         self._pod_ip_counters[node_name] = self._pod_ip_counters.get(node_name, 1) % 253 + 1
@@ -918,6 +934,7 @@ class SimCluster:
     def _finish(self, run: PodRun, exit_code: int, reason: str | None) -> None:
         run.token += 1
         run.finished_at = self._moment
+        self._release(run)
         run.final_exit_code = exit_code
         run.final_reason = reason or ("Completed" if exit_code == 0 else "Error")
         pod = self._refresh(run)
@@ -974,11 +991,13 @@ class SimCluster:
         if run.node is not None and run.finished_at is None:
             run.token += 1
             run.finished_at = self._moment
+            self._release(run)
             run.final_exit_code = 137 if run.started_at else None
             run.final_reason = "Error" if run.started_at else None
             self._refresh(run)
         gone = self.store.remove("pods", run.namespace, run.name)
         assert gone is not None
+        self._release(run)
         self._runs.pop(run.uid, None)
         self._pending.discard(run.uid)
         self._schedule_dirty = True
