@@ -704,7 +704,7 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
 
 def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None:
     """Admissions and preemptions become state changes; reasons are stored for the rest."""
-    jobs = Job.objects.in_bulk(
+    jobs = Job.objects.select_related("capability_class").in_bulk(
         [a.job_id for a in plan.admissions] + [p.job_id for p in plan.preemptions]
     )
     classes = {g.name: g for g in GpuClass.objects.all()}

@@ -14,7 +14,6 @@ from django.db.models import Count, F, Prefetch, Q, QuerySet
 
 from chargeback.models import RateCard, RateCardWeight
 from portal.roles import is_admin
-from queues.admission.capability import Resolution
 from queues.models import (
     CapabilityClass,
     FairShareSettings,
@@ -177,23 +176,6 @@ def queues_visible_to(user: Any) -> QuerySet[Queue]:
 
 def teams_of(user: Any) -> QuerySet[Team]:
     return Team.objects.active().filter(members=user).order_by("name")
-
-
-@dataclass(frozen=True)
-class CapabilityResolution:
-    capability_class: CapabilityClass
-    resolution: Resolution
-
-
-def capability_classes_resolved(
-    capability_classes: QuerySet[CapabilityClass] | None = None,
-) -> list[CapabilityResolution]:
-    """Each capability class with the active GPU classes it resolves to and why not the others."""
-    gpu_classes = list(GpuClass.objects.active().order_by("tier", "name"))
-    classes = (
-        capability_classes if capability_classes is not None else CapabilityClass.objects.active()
-    )
-    return [CapabilityResolution(c, c.resolve(gpu_classes)) for c in classes]
 
 
 # --- Jobs ----------------------------------------------------------------------------------------
