@@ -313,8 +313,9 @@ def where_the_time_goes(path: str, user: Any, token: str) -> tuple[int, float, f
 # --- Load ----------------------------------------------------------------------------------------
 
 
-def submitter(port: int, token: str, seconds: float, index: int, results: Any) -> None:
-    """Submit jobs one after another for ``seconds``; report ids accepted, failures, latencies,
+def submitter(port: int, token: str, seconds: float, index: int, batch: int, results: Any) -> None:
+    """Submit jobs one request after another for ``seconds`` — one job a request, or ``batch``
+    jobs a request to ``/api/jobs/batch/`` — and report the ids accepted, failures, latencies
     and this process's CPU seconds."""
     body_of = {
         "team": "team-00",
@@ -330,6 +331,7 @@ def submitter(port: int, token: str, seconds: float, index: int, results: Any) -
         "Authorization": f"Token {token}",
         "Content-Type": "application/json",
     }
+    path = "/api/jobs/batch/" if batch else "/api/jobs/"
     accepted: list[int] = []
     failures: dict[str, int] = {}
     latencies: list[float] = []
@@ -338,11 +340,15 @@ def submitter(port: int, token: str, seconds: float, index: int, results: Any) -
     n = 0
     while time.perf_counter() < deadline:
         n += 1
-        body = json.dumps({**body_of, "name": f"load-{index}-{n}"})
+        if batch:
+            jobs = [{**body_of, "name": f"load-{index}-{n}-{i}"} for i in range(batch)]
+            body = json.dumps({"jobs": jobs})
+        else:
+            body = json.dumps({**body_of, "name": f"load-{index}-{n}"})
         started = time.perf_counter()
         try:
             connection = http.client.HTTPConnection(HOST, port, timeout=30)
-            connection.request("POST", "/api/jobs/", body=body, headers=headers)
+            connection.request("POST", path, body=body, headers=headers)
             response = connection.getresponse()
             data = response.read()
             connection.close()
@@ -351,19 +357,22 @@ def submitter(port: int, token: str, seconds: float, index: int, results: Any) -
             continue
         latencies.append(time.perf_counter() - started)
         if response.status == 201:
-            accepted.append(json.loads(data)["id"])
+            answer = json.loads(data)
+            accepted += [j["id"] for j in answer["jobs"]] if batch else [answer["id"]]
         else:
             failures[str(response.status)] = failures.get(str(response.status), 0) + 1
     results.put((accepted, failures, latencies, time.process_time() - cpu_before))
 
 
-def load(port: int, token: str, clients: int, seconds: float, server_pids: list[int]) -> dict:
+def load(
+    port: int, token: str, clients: int, seconds: float, server_pids: list[int], batch: int = 0
+) -> dict:
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     server_before = cpu_seconds(server_pids)
     started = time.perf_counter()
     workers = [
-        context.Process(target=submitter, args=(port, token, seconds, i, results))
+        context.Process(target=submitter, args=(port, token, seconds, i, batch, results))
         for i in range(clients)
     ]
     for w in workers:
@@ -381,6 +390,7 @@ def load(port: int, token: str, clients: int, seconds: float, server_pids: list[
     latencies = [x for c in collected for x in c[2]]
     return {
         "clients": clients,
+        "requests": len(latencies),
         "wall": wall,
         "accepted": accepted,
         "failures": failures,
@@ -399,6 +409,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100, help="per page, after 5 warm-ups")
     parser.add_argument("--clients", default="4,8", help="concurrent submitters per load run")
     parser.add_argument("--seconds", type=float, default=20, help="per load run")
+    parser.add_argument(
+        "--batch", type=int, default=50, help="jobs a request in the batch rows (0: none)"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-web-"))
     synthetic.database_create(DATABASE)
@@ -483,14 +496,19 @@ def main() -> None:
         pids = process_tree(server.pid)
         load_rows = []
         all_accepted: list[int] = []
-        for clients in [int(c) for c in args.clients.split(",")]:
-            result = load(port, token, clients, args.seconds, pids)
+        runs = [(c, 0) for c in (int(c) for c in args.clients.split(","))]
+        if args.batch:
+            runs.append((4, args.batch))
+        for clients, batch in runs:
+            result = load(port, token, clients, args.seconds, pids, batch=batch)
             all_accepted += result["accepted"]
             lat = [x * 1000 for x in result["latencies"]] or [0.0]
             generator, served = result["generator_cpu"], result["server_cpu"]
             failures = ", ".join(f"{k}: {v}" for k, v in sorted(result["failures"].items()))
+            request = f"`/api/jobs/batch/`, {batch} jobs" if batch else "`/api/jobs/`, 1 job"
             load_rows.append(
-                f"| {clients} | {len(result['accepted']) / result['wall']:.0f} | "
+                f"| {request} | {clients} | {len(result['accepted']) / result['wall']:.0f} | "
+                f"{result['requests'] / result['wall']:.0f} | "
                 f"{len(result['accepted']):,} | {failures or 'none'} | "
                 f"{statistics.median(lat):.0f} | {percentile(lat, 0.95):.0f} | "
                 f"{served / result['wall'] * 100:.0f} % | "
@@ -521,11 +539,12 @@ def main() -> None:
             "SQL queries, SQL time and the rest (Python: views, serializers, templates) are from "
             "the same request served in-process, best of three.",
             "",
-            f"### Sustained submissions (`POST /api/jobs/`, {args.seconds:.0f} s per row)",
+            f"### Sustained submissions ({args.seconds:.0f} s per row)",
             "",
-            "| concurrent clients | accepted / s | accepted | failures | p50 (ms) | p95 (ms) | "
-            "server CPU | generator CPU | generator's share of CPU used |",
-            "| ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| request | concurrent clients | jobs accepted / s | requests / s | accepted | "
+            "failures | p50 (ms) | p95 (ms) | server CPU | generator CPU | "
+            "generator's share of CPU used |",
+            "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
             *load_rows,
             "",
             f"CPU: 100 % = one core; the machine has {os.cpu_count()}. Every accepted job in the "

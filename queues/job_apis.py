@@ -42,6 +42,8 @@ from portal.schema import ErrorDetailSerializer
 from queues.cluster.adapter import ClusterUnreachable
 from queues.job_serializers import (
     CheckpointSerializer,
+    JobBatchSerializer,
+    JobBatchSubmitSerializer,
     JobEventSerializer,
     JobLogsSerializer,
     JobSerializer,
@@ -53,7 +55,15 @@ from queues.job_tokens import job_id_of_token
 from queues.models import FINISHED_JOB_STATES, Job, JobState
 from queues.preview import job_preview
 from queues.selectors import job_for, job_pod_logs, jobs_visible_to, may_cancel
-from queues.services import JobNotCancellable, JobRejected, job_cancel, job_checkpoint, job_submit
+from queues.services import (
+    BatchRejected,
+    JobNotCancellable,
+    JobRejected,
+    job_cancel,
+    job_checkpoint,
+    job_submit,
+    job_submit_batch,
+)
 
 # Ids beyond a 64-bit integer cannot name a row; refusing them early keeps the database from
 # raising an overflow instead of answering "not found".
@@ -175,6 +185,30 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         except JobRejected as exc:
             raise ValidationError(exc.errors) from exc
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Submit several jobs at once (all or none)",
+        description=(
+            "A sweep in one request: each job as `POST /api/jobs/` takes one, checked against "
+            "its queue's terms the same way. Either every job is stored (201, in the order "
+            "given) or none is: a 400 lists, under `jobs`, each job's field errors in order "
+            "(`{}` for the jobs that were fine)."
+        ),
+        request=JobBatchSubmitSerializer,
+        responses={
+            201: JobBatchSerializer,
+            400: _error("`jobs`: one object of field → messages per job, in order."),
+        },
+    )
+    @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
+    def batch(self, request: Request) -> Response:
+        body = JobBatchSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            jobs = job_submit_batch(requests=body.to_requests(owner=request.user))
+        except BatchRejected as exc:
+            raise ValidationError({"jobs": exc.errors}) from exc
+        return Response(JobBatchSerializer({"jobs": jobs}).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         summary="Preview a submission (a dry run: nothing is stored)",

@@ -28,6 +28,7 @@ INT_MAX = 2_147_483_647
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 RESERVED_ENV_PREFIX = "GPUPORTAL_"
 MAX_LIST_ITEMS = 256
+MAX_BATCH = 500  # submissions in one POST /api/jobs/batch/
 # Far beyond any queue's maximum; only keeps a duration storable (microseconds in 64 bits).
 MAX_DURATION = timedelta(days=10000)
 MAX_ITEM_LENGTH = 4096
@@ -78,12 +79,17 @@ class DurationOutput(DurationText):
 
 class _NameField(serializers.SlugRelatedField):
     """An object by its name; text that cannot be a name (a NUL byte, say, which PostgreSQL
-    refuses in a query) is "no such name" without asking the database."""
+    refuses in a query) is "no such name" without asking the database. A name is looked up
+    once per request body: the submissions of a batch mostly share team, queue and class."""
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str) or not NAME.fullmatch(data):
             self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:100])
-        return super().to_internal_value(data)
+        found = self.context.setdefault("_names", {})
+        key = (self.queryset.model, data)
+        if key not in found:
+            found[key] = super().to_internal_value(data)
+        return found[key]
 
 
 def _named(model: type[Any], what: str) -> serializers.SlugRelatedField:
@@ -187,7 +193,10 @@ class JobSubmitSerializer(serializers.Serializer):
 
     def to_request(self, *, owner: Any) -> JobRequest:
         """The validated body as the service's request, submitted by ``owner``."""
-        data = self.validated_data
+        return self.request_of(self.validated_data, owner=owner)
+
+    @staticmethod
+    def request_of(data: dict[str, Any], *, owner: Any) -> JobRequest:
         return JobRequest(
             owner=owner,
             team=data["team"],
@@ -207,6 +216,20 @@ class JobSubmitSerializer(serializers.Serializer):
             checkpoint_interval=data["checkpoint_interval"],
             priority=data["priority"],
         )
+
+
+class JobBatchSubmitSerializer(serializers.Serializer):
+    """Several submissions at once (a sweep): each as ``POST /api/jobs/`` takes one."""
+
+    jobs = JobSubmitSerializer(
+        many=True, allow_empty=False, max_length=MAX_BATCH, help_text=f"1 to {MAX_BATCH} jobs."
+    )
+
+    def to_requests(self, *, owner: Any) -> list[JobRequest]:
+        return [
+            JobSubmitSerializer.request_of(item, owner=owner)
+            for item in self.validated_data["jobs"]
+        ]
 
 
 class PendingReasonSerializer(serializers.Serializer):
@@ -283,6 +306,12 @@ class JobSerializer(serializers.ModelSerializer):
             "last_checkpoint_at",
         ]
         read_only_fields = fields
+
+
+class JobBatchSerializer(serializers.Serializer):
+    """The jobs a batch stored, in the order they were given."""
+
+    jobs = JobSerializer(many=True, read_only=True)
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
-from django.db.models import Model, ProtectedError, Q
+from django.db import connection, transaction
+from django.db.models import Exists, Model, ProtectedError
 from django.utils import timezone
 
 from chargeback.models import RateCard, RateCardWeight
@@ -393,21 +393,27 @@ def _prune(section: str, name: str) -> Change:
 
 def lease_acquire(*, name: str, holder: str, ttl: timedelta) -> bool:
     """Take (or renew) the lease ``name`` for ``holder`` for ``ttl``; False if someone else holds
-    an unexpired one. One conditional UPDATE decides, so two takers never both win."""
+    an unexpired one. One statement decides — insert the lease, or take it over where it has
+    expired or is ours — so two takers never both win, on SQLite and PostgreSQL alike. (It runs
+    for every submission, whose reconcile requests coalesce on a lease: one round trip, no
+    savepoint.)"""
     now = timezone.now()
-    taken = (
-        Lease.objects.filter(name=name)
-        .filter(Q(expires_at__lte=now) | Q(holder=holder))
-        .update(holder=holder, expires_at=now + ttl)
-    )
-    if taken:
-        return True
-    try:
-        with transaction.atomic():
-            Lease.objects.create(name=name, holder=holder, expires_at=now + ttl)
-    except IntegrityError:
-        return False
-    return True
+    ops = connection.ops
+    table = ops.quote_name(Lease._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (name, holder, expires_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+            f"expires_at = excluded.expires_at WHERE {table}.expires_at <= %s "
+            f"OR {table}.holder = excluded.holder RETURNING 1",
+            [
+                name,
+                holder,
+                ops.adapt_datetimefield_value(now + ttl),
+                ops.adapt_datetimefield_value(now),
+            ],
+        )
+        return cursor.fetchone() is not None
 
 
 def lease_release(*, name: str, holder: str) -> None:
@@ -499,19 +505,29 @@ class JobRequest:
         )
 
 
-def job_request_errors(request: JobRequest) -> dict[str, list[str]]:
-    """Every way ``request`` breaks its queue's terms, by field (empty: it keeps them)."""
+def job_request_errors(
+    request: JobRequest, *, memberships: dict[tuple, tuple[bool, bool, bool]] | None = None
+) -> dict[str, list[str]]:
+    """Every way ``request`` breaks its queue's terms, by field (empty: it keeps them).
+    ``memberships`` remembers the membership tests across the requests of one batch."""
     errors: dict[str, list[str]] = {}
     team, queue, capability_class = request.team, request.queue, request.capability_class
 
     def refuse(field_name: str, message: str) -> None:
         errors.setdefault(field_name, []).append(message)
 
-    if not team.members.filter(pk=request.owner.pk).exists():
+    key = (request.owner.pk, team.pk, queue.pk, capability_class.pk)
+    if memberships is None or key not in memberships:
+        found = _memberships(request)
+        if memberships is None:
+            memberships = {}
+        memberships[key] = found
+    member, team_allowed, class_allowed = memberships[key]
+    if not member:
         refuse("team", f"you are not a member of team {team.name}")
-    if not queue.active or not queue.teams.filter(pk=team.pk).exists():
+    if not queue.active or not team_allowed:
         refuse("queue", f"team {team.name} may not submit to queue {queue.name}")
-    if not queue.allowed_capability_classes.filter(pk=capability_class.pk).exists():
+    if not class_allowed:
         allowed = ", ".join(queue.allowed_capability_classes.values_list("name", flat=True))
         refuse(
             "capability_class",
@@ -563,6 +579,31 @@ def job_request_errors(request: JobRequest) -> dict[str, list[str]]:
     return errors
 
 
+def _memberships(request: JobRequest) -> tuple[bool, bool, bool]:
+    """Whether the owner is in the team, the team may use the queue and the queue allows the
+    capability class: three membership tests in one query (a submission's hot path)."""
+    team, queue = request.team, request.queue
+    row = (
+        Team.objects.filter(pk=team.pk)
+        .annotate(
+            member=Exists(
+                Team.members.through.objects.filter(team_id=team.pk, user_id=request.owner.pk)
+            ),
+            team_allowed=Exists(
+                Queue.teams.through.objects.filter(queue_id=queue.pk, team_id=team.pk)
+            ),
+            class_allowed=Exists(
+                Queue.allowed_capability_classes.through.objects.filter(
+                    queue_id=queue.pk, capabilityclass_id=request.capability_class.pk
+                )
+            ),
+        )
+        .values_list("member", "team_allowed", "class_allowed")
+        .first()
+    )
+    return row or (False, False, False)
+
+
 def image_allowed(image: str) -> bool:
     """Whether ``image`` comes from a registry the portal allows (any, when none is set).
 
@@ -586,40 +627,77 @@ def job_submit(*, request: JobRequest) -> Job:
     errors = job_request_errors(request)
     if errors:
         raise JobRejected(errors)
-    queue = request.queue
-    checkpoint = request.checkpoint_interval
-    if queue.may_preempt and checkpoint is None:
-        checkpoint = queue.checkpoint_interval
+    return _jobs_store([request])[0]
+
+
+class BatchRejected(Exception):
+    """Some submissions of a batch break their queues' terms; ``errors`` maps the position of
+    each refused one (from 0) to its errors by field."""
+
+    def __init__(self, errors: dict[int, dict[str, list[str]]]) -> None:
+        super().__init__(f"{len(errors)} submissions refused (first: #{min(errors)})")
+        self.errors = errors
+
+
+def job_submit_batch(*, requests: list[JobRequest]) -> list[Job]:
+    """Accept every job of a batch (a sweep, say) or none: each is checked against its queue's
+    terms as ``job_submit`` checks one; then all are stored in one transaction and one
+    reconcile is requested. Raises ``BatchRejected`` naming every refused submission."""
+    memberships: dict[tuple, tuple[bool, bool, bool]] = {}
+    errors = {}
+    for index, request in enumerate(requests):
+        if refused := job_request_errors(request, memberships=memberships):
+            errors[index] = refused
+    if errors:
+        raise BatchRejected(errors)
+    return _jobs_store(requests)
+
+
+def _jobs_store(requests: list[JobRequest]) -> list[Job]:
+    """Store accepted submissions with their ``submitted`` events (one transaction), then ask
+    for a reconcile once it commits."""
     now = timezone.now()
+    jobs = [_job_row(r, now) for r in requests]
     with transaction.atomic():
-        job = Job.objects.create(
-            owner=request.owner,
-            team=request.team,
-            queue=queue,
-            capability_class=request.capability_class,
-            name=request.name,
-            pods=request.pods,
-            gpus_per_pod=request.gpus_per_pod,
-            mig_profile=request.capability_class.mig_profile,
-            image=request.image.strip(),
-            command=list(request.command),
-            args=list(request.args),
-            env=dict(request.env),
-            runtime_limit=request.runtime,
-            checkpoint_interval=checkpoint,
-            priority=request.job_priority,
-            declared_gpu_memory_gb=request.declared_gpu_memory_gb,
-            cpu_millicores_per_pod=request.cpu_millicores_per_pod,
-            memory_mib_per_pod=request.memory_mib_per_pod,
-            submitted_at=now,
-        )
-        JobEvent.objects.create(
-            job=job, at=now, kind="submitted", message=f"submitted to queue {queue.name}"
+        jobs = Job.objects.bulk_create(jobs)
+        JobEvent.objects.bulk_create(
+            JobEvent(
+                job=job, at=now, kind="submitted", message=f"submitted to queue {job.queue.name}"
+            )
+            for job in jobs
         )
         from queues.tasks import request_reconcile
 
         request_reconcile()
-    return job
+    return jobs
+
+
+def _job_row(request: JobRequest, now: datetime) -> Job:
+    queue = request.queue
+    checkpoint = request.checkpoint_interval
+    if queue.may_preempt and checkpoint is None:
+        checkpoint = queue.checkpoint_interval
+    return Job(
+        owner=request.owner,
+        team=request.team,
+        queue=queue,
+        capability_class=request.capability_class,
+        name=request.name,
+        pods=request.pods,
+        gpus_per_pod=request.gpus_per_pod,
+        mig_profile=request.capability_class.mig_profile,
+        image=request.image.strip(),
+        command=list(request.command),
+        args=list(request.args),
+        env=dict(request.env),
+        runtime_limit=request.runtime,
+        checkpoint_interval=checkpoint,
+        priority=request.job_priority,
+        declared_gpu_memory_gb=request.declared_gpu_memory_gb,
+        cpu_millicores_per_pod=request.cpu_millicores_per_pod,
+        memory_mib_per_pod=request.memory_mib_per_pod,
+        submitted_at=now,
+    )
 
 
 def _fraction_text(value: Fraction) -> str:

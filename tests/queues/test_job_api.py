@@ -460,6 +460,7 @@ def test_an_id_that_names_no_job_is_not_found(mia, api_as, job_id):
         ("get", "/api/jobs/"),
         ("post", "/api/jobs/"),
         ("post", "/api/jobs/preview/"),
+        ("post", "/api/jobs/batch/"),
         ("get", "/api/jobs/1/"),
         ("post", "/api/jobs/1/cancel/"),
         ("get", "/api/jobs/1/events/"),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from queues.models import Lease
@@ -45,3 +47,31 @@ def test_releasing_lets_the_next_holder_in_at_once_but_only_the_holder_can_relea
 def test_leases_are_independent_by_name():
     assert lease_acquire(name="reconcile", holder="worker-a", ttl=MINUTE)
     assert lease_acquire(name="usage-rollup", holder="worker-b", ttl=MINUTE)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("expired", [False, True], ids=["new lease", "expired lease"])
+def test_of_many_takers_at_once_exactly_one_wins(expired):
+    if expired:
+        Lease.objects.create(
+            name="reconcile", holder="dead", expires_at=timezone.now() - timedelta(seconds=1)
+        )
+    start = threading.Barrier(8)
+    won: list[str] = []
+
+    def take(holder: str) -> None:
+        try:
+            start.wait()
+            if lease_acquire(name="reconcile", holder=holder, ttl=MINUTE):
+                won.append(holder)
+        finally:
+            connection.close()
+
+    takers = [threading.Thread(target=take, args=(f"worker-{i}",)) for i in range(8)]
+    for t in takers:
+        t.start()
+    for t in takers:
+        t.join()
+
+    assert len(won) == 1
+    assert Lease.objects.get(name="reconcile").holder == won[0]
