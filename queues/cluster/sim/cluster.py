@@ -69,7 +69,13 @@ from queues.cluster.sim.objects import (
 from queues.cluster.sim.patch import apply_patch
 from queues.cluster.sim.quantity import format_milli, parse_resources
 from queues.cluster.sim.resources import RESOURCES
-from queues.cluster.sim.scheduler import NodeInfo, pod_requests, schedule, tolerates
+from queues.cluster.sim.scheduler import (
+    NodeInfo,
+    pod_requests,
+    prefilter_node_names,
+    schedule,
+    tolerates,
+)
 from queues.cluster.sim.selectors import FieldSelector, LabelSelector, fields_match, labels_match
 from queues.cluster.sim.store import Store
 
@@ -121,12 +127,19 @@ class SimCluster:
         # each scheduling pass, which made a write cost O(pods)).
         self._node_used: dict[str, dict[str, int]] = {}
         self._holding: set[str] = set()
+        # What the scheduler sees of each node (the API object, allocatable parsed once per
+        # version, and the live usage dict above), replaced only when the node changes.
+        self._node_infos: dict[str, NodeInfo] = {}
+        # kube-scheduler's queueing hints, simplified: a pod that fitted nowhere is tried again
+        # only once a node it may go to has changed or freed resources since its last attempt.
+        # Every such change takes the next epoch; ``_node_epochs`` holds each node's latest.
+        self._epoch = 0
+        self._node_epochs: dict[str, int] = {}
         self._dirty_jobs: set[str] = set()
         self._schedule_dirty = False
         self.events = EventRecorder(self.store, max_events)
         self._node_numbers: dict[str, int] = {}
         self._pod_ip_counters: dict[str, int] = {}
-        self._allocatable_cache: dict[tuple[str, str], dict[str, int]] = {}
         with self.lock:
             for name in SYSTEM_NAMESPACES:
                 self.store.put(
@@ -134,7 +147,9 @@ class SimCluster:
                 )
             for number, node_spec in enumerate(spec.nodes):
                 self._node_numbers[node_spec.name] = number
-                self.store.put("nodes", build_node(node_spec, number, self._moment))
+                node = self.store.put("nodes", build_node(node_spec, number, self._moment))
+                self._node_used[node_spec.name] = {}
+                self._node_infos[node_spec.name] = self._node_info(node)
 
     @classmethod
     def from_file(cls, path: str | Path, **options: Any) -> SimCluster:
@@ -439,11 +454,13 @@ class SimCluster:
     def _node_changed(self, node: dict[str, Any]) -> None:
         """Capacity or placement rules may have changed: reschedule, and evict what a new
         ``NoExecute`` taint no longer tolerates (the taint manager's job)."""
+        name = node["metadata"]["name"]
+        self._node_infos[name] = self._node_info(node)
+        self._capacity_changed(name)
         self._schedule_dirty = True
         no_execute = [t for t in node["spec"].get("taints") or [] if t.get("effect") == "NoExecute"]
         if not no_execute:
             return
-        name = node["metadata"]["name"]
         for run in list(self._runs.values()):
             if run.node != name or run.deleting or run.finished_at is not None:
                 continue
@@ -703,44 +720,44 @@ class SimCluster:
         used = self._node_used.get(run.node, {})
         for resource, amount in run.requests.items():
             used[resource] = used.get(resource, 0) - amount
+        self._capacity_changed(run.node)
+
+    def _node_info(self, node: dict[str, Any]) -> NodeInfo:
+        name = node["metadata"]["name"]
+        allocatable = parse_resources(node["status"].get("allocatable"))
+        return NodeInfo(node, allocatable, self._node_used.setdefault(name, {}))
+
+    def _capacity_changed(self, node_name: str) -> None:
+        """``node_name`` freed resources or changed: pods that fitted nowhere may fit now."""
+        self._epoch += 1
+        self._node_epochs[node_name] = self._epoch
+
+    def _worth_trying(self, run: PodRun) -> bool:
+        """Whether scheduling ``run`` can come out differently than on its last attempt: it was
+        never tried, or a node it may go to changed since (kube-scheduler's queueing hints)."""
+        if run.tried_at is None:
+            return True
+        if run.candidates is None:
+            return self._epoch > run.tried_at
+        return any(self._node_epochs.get(name, 0) > run.tried_at for name in run.candidates)
 
     def _schedule_pending(self) -> None:
-        if not self._pending:
-            return
-        usage = self._usage()
-        infos = {
-            node["metadata"]["name"]: NodeInfo(
-                node, self._allocatable(node), usage.get(node["metadata"]["name"], {})
-            )
-            for node in self.store.items("nodes")
-        }
         queue = sorted(
-            (self._runs[uid] for uid in self._pending),
-            key=lambda r: (
-                -int(self._pod(r)["spec"].get("priority") or 0),
-                r.created_at,
-                r.namespace,
-                r.name,
-            ),
+            (run for uid in self._pending if self._worth_trying(run := self._runs[uid])),
+            key=lambda r: (-r.priority, r.created_at, r.namespace, r.name),
         )
         for run in queue:
             pod = self._pod(run)
             preset = pod["spec"].get("nodeName")
             if preset:
-                target: str | None = self._admit_preset(run, preset, infos.get(preset))
-            else:
-                decision = schedule(pod, list(infos.values()))
-                if decision.node is None:
-                    self._mark_unschedulable(run, pod, decision.message)
-                    continue
-                target = decision.node
-                self._bind(run, target)
-            if target is not None:
-                info = infos[target]
-                used = dict(info.used)
-                for resource, amount in run.requests.items():
-                    used[resource] = used.get(resource, 0) + amount
-                infos[target] = NodeInfo(info.node, info.allocatable, used)
+                self._admit_preset(run, preset, self._node_infos.get(preset))
+                continue
+            decision = schedule(pod, self._node_infos)
+            if decision.node is None:
+                run.tried_at = self._epoch
+                self._mark_unschedulable(run, pod, decision.message)
+                continue
+            self._bind(run, decision.node)  # holds its requests: the next pod sees them used
 
     def _admit_preset(self, run: PodRun, node_name: str, info: NodeInfo | None) -> str | None:
         """A pod created with ``spec.nodeName`` skips the scheduler: the kubelet admits it, or
@@ -767,16 +784,6 @@ class SimCluster:
                 return None
         self._bind(run, node_name, by_scheduler=False)
         return node_name
-
-    def _allocatable(self, node: dict[str, Any]) -> dict[str, int]:
-        """The node's allocatable in milli-units, parsed once per node version."""
-        key = (node["metadata"]["name"], node["metadata"]["resourceVersion"])
-        if key not in self._allocatable_cache:
-            self._allocatable_cache = {
-                k: v for k, v in self._allocatable_cache.items() if k[0] != key[0]
-            }
-            self._allocatable_cache[key] = parse_resources(node["status"].get("allocatable"))
-        return self._allocatable_cache[key]
 
     def _mark_unschedulable(self, run: PodRun, pod: dict[str, Any], message: str) -> None:
         if run.unschedulable_since is None:
@@ -831,6 +838,8 @@ class SimCluster:
             job_uid=job_uid,
             index=index,
             created_at=self._moment,
+            priority=int(spec.get("priority") or 0),
+            candidates=prefilter_node_names(spec),
         )
         self._runs[run.uid] = run
         self._pending.add(run.uid)

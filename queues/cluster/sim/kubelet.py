@@ -45,6 +45,11 @@ class PodRun:
     job_uid: str | None
     index: int | None
     created_at: datetime
+    priority: int = 0  # spec.priority: the scheduler tries higher ones first
+    # The nodes NodeAffinity's pre-filter leaves it (None: any node), and the scheduler's epoch
+    # when it last fitted nowhere (None: not tried yet); see SimCluster._worth_trying.
+    candidates: frozenset[str] | None = None
+    tried_at: int | None = None
     token: int = 0  # bumped whenever a new step is scheduled; stale timers are ignored
     node: str | None = None
     bound_at: datetime | None = None

@@ -30,6 +30,7 @@ bin-packing so that whole nodes stay free for large jobs, and a fixed order keep
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,12 +87,19 @@ def container_requests(container: dict[str, Any]) -> dict[str, int]:
     return {**limits, **requests}
 
 
-def schedule(pod: dict[str, Any], nodes: list[NodeInfo]) -> Decision:
-    """Choose a node for ``pod`` or explain, in kube-scheduler's words, why none fits."""
+def schedule(pod: dict[str, Any], nodes: Mapping[str, NodeInfo] | Iterable[NodeInfo]) -> Decision:
+    """Choose a node for ``pod`` or explain, in kube-scheduler's words, why none fits.
+
+    ``nodes`` by name (as the cluster keeps them, so a pod pinned to a few nodes looks only at
+    those) or as a plain collection."""
+    by_name = nodes if isinstance(nodes, Mapping) else {info.name: info for info in nodes}
     spec = pod.get("spec") or {}
     requests = pod_requests(spec)
-    allowed_names = _prefilter_node_names(spec)
-    candidates = [i for i in nodes if allowed_names is None or i.name in allowed_names]
+    allowed_names = prefilter_node_names(spec)
+    if allowed_names is None:
+        candidates = list(by_name.values())
+    else:
+        candidates = [by_name[name] for name in allowed_names if name in by_name]
     # The tightest feasible node is the first feasible one in packing order; only when none is
     # feasible do all nodes need their reasons (which is then the whole answer anyway).
     for info in sorted(candidates, key=lambda info: _packing_key(info, requests)):
@@ -99,14 +107,14 @@ def schedule(pod: dict[str, Any], nodes: list[NodeInfo]) -> Decision:
             return Decision(info.name)
     reasons: dict[str, list[str]] = {}
     resolvable: dict[str, bool] = {}
-    for info in nodes:
-        if allowed_names is not None and info.name not in allowed_names:
+    for name, info in by_name.items():
+        if allowed_names is not None and name not in allowed_names:
             found, can_preempt = [_PREFILTERED], False
         else:
             found, can_preempt = filter_node(spec, requests, info)
-        reasons[info.name] = found
-        resolvable[info.name] = can_preempt
-    return Decision(None, fit_error(len(nodes), reasons, resolvable, spec))
+        reasons[name] = found
+        resolvable[name] = can_preempt
+    return Decision(None, fit_error(len(by_name), reasons, resolvable, spec))
 
 
 def filter_node(
@@ -205,7 +213,7 @@ def _expression_matches(expression: dict[str, Any], values: dict[str, str]) -> b
     return False
 
 
-def _prefilter_node_names(spec: dict[str, Any]) -> set[str] | None:
+def prefilter_node_names(spec: dict[str, Any]) -> frozenset[str] | None:
     """NodeAffinity's pre-filter: node names when *every* required term pins ``metadata.name``."""
     terms = (
         ((spec.get("affinity") or {}).get("nodeAffinity") or {})
@@ -224,7 +232,7 @@ def _prefilter_node_names(spec: dict[str, Any]) -> set[str] | None:
         if not pinned:
             return None
         names |= set.intersection(*pinned)
-    return names
+    return frozenset(names)
 
 
 def fit_error(

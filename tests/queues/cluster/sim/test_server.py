@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import io
+import json
 import socket
 import subprocess
 import sys
@@ -94,3 +96,25 @@ def test_the_real_servers_ticker_runs_pods_at_speed(tmp_path):
     finally:
         api.close()
         server.stop()
+
+
+def test_one_kept_alive_connection_serves_request_after_request(sim_cluster):
+    # The official client keeps its connections alive: every answer must be whole (headers and
+    # body, one buffered write) so the next request on the same socket reads cleanly. How fast
+    # that is (no wait for a delayed ACK) is measured by bench/bench_reconcile.py, not here.
+    connection = http.client.HTTPConnection(sim_cluster.server.host, sim_cluster.server.port)
+    headers = {"Authorization": f"Bearer {sim_cluster.server.token}"}
+    names, sockets = [], set()
+    try:
+        for path in ("/api/v1/namespaces/default", "/api/v1/namespaces/missing") * 15:
+            connection.request("GET", path, headers=headers)
+            response = connection.getresponse()
+            body = json.loads(response.read())
+            names.append((response.status, body.get("metadata", {}).get("name") or body["reason"]))
+            sockets.add(id(connection.sock))
+    finally:
+        connection.close()
+
+    assert names == [(200, "default"), (404, "NotFound")] * 15
+    # The same socket carried all thirty (http.client would reopen a closed one).
+    assert len(sockets) == 1
