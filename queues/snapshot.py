@@ -10,6 +10,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from django.contrib.auth import get_user_model
 from django.db.models import F, Prefetch
 
 from chargeback.models import RateCard
@@ -54,11 +55,6 @@ def snapshot_build(
         FairShareSettings.objects.filter(pk=1).values_list("usage_half_life", flat=True).first()
         or DEFAULT_USAGE_HALF_LIFE
     )
-    holding = list(
-        Job.objects.filter(state__in=HOLDING_STATES)
-        .select_related("team", "owner", "queue", "gpu_class", "reservation")
-        .order_by("id")
-    )
     pending = list(
         Job.objects.filter(state=JobState.PENDING)
         .select_related("team", "owner", "queue", "capability_class")
@@ -94,7 +90,7 @@ def snapshot_build(
             .select_related("team", "queue", "gpu_class")
             .order_by("id")
         ),
-        running=tuple(_running(job, replicas_of) for job in holding if job.gpu_class is not None),
+        running=tuple(_running(replicas_of)),
         pending=tuple(
             engine.PendingJob(
                 id=job.pk,
@@ -232,39 +228,92 @@ def _teams(now: datetime, half_life: timedelta, weights: dict[int, Fraction]) ->
     ]
 
 
-def job_gpu_eq_per_pod(job: Job, replicas: int) -> Fraction:
-    """What one pod of ``job`` holds in GPU-equivalents, given where it runs."""
-    if job.mig_profile and job.gpu_class is not None:
-        return job.gpus_per_pod * job.gpu_class.mig_share(job.mig_profile)
-    return Fraction(job.gpus_per_pod, replicas)
-
-
-def _running(job: Job, replicas_of: dict[str, int]) -> engine.RunningJob:
-    replicas = max((replicas_of.get(n, 1) for n in job.nodes), default=1)
-    unschedulable = next(
-        (
-            (r.get("details") or {}).get("scheduler_message", "")
-            for r in job.pending_reasons
-            if r.get("code") == engine.ReasonCode.CLUSTER_UNSCHEDULABLE
-        ),
-        "",
+def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
+    """The jobs holding GPUs, read as plain values: thousands of them, and building a model
+    instance per job and per related row was most of a cycle's snapshot."""
+    classes = {g.pk: g for g in GpuClass.objects.all()}
+    shares: dict[tuple[int, str], Fraction] = {}
+    rows = (
+        Job.objects.filter(state__in=HOLDING_STATES, gpu_class__isnull=False)
+        .order_by("id")
+        .values_list(
+            "pk",
+            "team__name",
+            f"owner__{get_user_model().USERNAME_FIELD}",
+            "queue__name",
+            "gpu_class_id",
+            "nodes",
+            "gpus_per_pod",
+            "mig_profile",
+            "runtime_limit",
+            "started_at",
+            "priority",
+            "declared_gpu_memory_gb",
+            "last_checkpoint_at",
+            "checkpoint_interval",
+            "capacity_kind",
+            "reservation_id",
+            "pending_reasons",
+        )
     )
-    return engine.RunningJob(
-        id=job.pk,
-        team=job.team.name,
-        user=job.owner.get_username(),
-        queue=job.queue.name,
-        gpu_class=job.gpu_class.name,
-        pods=tuple(job.nodes),
-        gpu_eq_per_pod=job_gpu_eq_per_pod(job, replicas),
-        runtime_limit=job.runtime_limit,
-        started_at=job.started_at,
-        priority=job.priority,
-        mig_profile=job.mig_profile or None,
-        memory_gb=job.declared_gpu_memory_gb,
-        last_checkpoint=job.last_checkpoint_at,
-        checkpoint_interval=job.checkpoint_interval,
-        capacity=engine.CapacityKind(job.capacity_kind or "nominal"),
-        reservation_id=job.reservation_id,
-        unschedulable=unschedulable,
-    )
+    running = []
+    for (
+        pk,
+        team,
+        user,
+        queue,
+        gpu_class_id,
+        nodes,
+        gpus_per_pod,
+        mig_profile,
+        runtime_limit,
+        started_at,
+        priority,
+        memory_gb,
+        last_checkpoint,
+        checkpoint_interval,
+        capacity_kind,
+        reservation_id,
+        pending_reasons,
+    ) in rows:
+        gpu_class = classes[gpu_class_id]
+        if mig_profile:
+            # What one pod holds in GPU-equivalents: a MIG slice is its share of the GPU, a
+            # time-sliced device 1 / replicas of its node.
+            key = (gpu_class_id, mig_profile)
+            if key not in shares:
+                shares[key] = gpu_class.mig_share(mig_profile)
+            per_pod = gpus_per_pod * shares[key]
+        else:
+            replicas = max((replicas_of.get(n, 1) for n in nodes), default=1)
+            per_pod = Fraction(gpus_per_pod, replicas)
+        unschedulable = next(
+            (
+                (r.get("details") or {}).get("scheduler_message", "")
+                for r in pending_reasons
+                if r.get("code") == engine.ReasonCode.CLUSTER_UNSCHEDULABLE
+            ),
+            "",
+        )
+        running.append(
+            engine.RunningJob(
+                id=pk,
+                team=team,
+                user=user,
+                queue=queue,
+                gpu_class=gpu_class.name,
+                pods=tuple(nodes),
+                gpu_eq_per_pod=per_pod,
+                runtime_limit=runtime_limit,
+                started_at=started_at,
+                priority=priority,
+                mig_profile=mig_profile or None,
+                memory_gb=memory_gb,
+                last_checkpoint=last_checkpoint,
+                checkpoint_interval=checkpoint_interval,
+                capacity=engine.CapacityKind(capacity_kind or "nominal"),
+                reservation_id=reservation_id,
+                unschedulable=unschedulable,
+            )
+        )
+    return running

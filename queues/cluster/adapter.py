@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,7 @@ class Cluster:
         self.batch = client.BatchV1Api(api_client)
         self.timeout = timeout
         self.calls = 0  # API requests made, for the benchmark and the tests
+        self._calls_lock = threading.Lock()  # the mirror's watch threads count theirs too
         self._namespaces: set[str] = set()
 
     @classmethod
@@ -90,8 +92,9 @@ class Cluster:
     # --- plumbing --------------------------------------------------------------------------------
 
     def _call(self, method: Any, *args: Any, raw: bool = False, **kwargs: Any) -> Any:
-        """One API request, with errors sorted as the module docstring says."""
-        self.calls += 1
+        """One API request, with errors sorted as the module docstring says. ``raw`` returns the
+        answer's JSON as a dict instead of the client's model objects."""
+        self._count_call()
         try:
             result = method(
                 *args, _request_timeout=self.timeout, _preload_content=not raw, **kwargs
@@ -108,6 +111,10 @@ class Cluster:
             finally:
                 result.release_conn()
         return result
+
+    def _count_call(self) -> None:
+        with self._calls_lock:
+            self.calls += 1
 
     def _list(self, method: Any, **kwargs: Any) -> Listing:
         """Every item, following ``continue`` tokens page by page."""
@@ -196,14 +203,15 @@ class Cluster:
         create after a crash). A same-named Job that is not ours is a rejection."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            self._call(self.batch.create_namespaced_job, namespace, manifest)
+            # The answer is not read: raw skips building the client's models of the whole Job.
+            self._call(self.batch.create_namespaced_job, namespace, manifest, raw=True)
             return True
         except ClusterRejected as exc:
             if exc.status == 404:
                 # The namespace went away since it was remembered: make it again, once.
                 self._namespaces.discard(namespace)
                 self.ensure_namespace(namespace)
-                self._call(self.batch.create_namespaced_job, namespace, manifest)
+                self._call(self.batch.create_namespaced_job, namespace, manifest, raw=True)
                 return True
             if exc.status != 409:
                 raise
@@ -226,6 +234,7 @@ class Cluster:
                 namespace,
                 propagation_policy="Background",
                 grace_period_seconds=grace_seconds,
+                raw=True,
             )
             return True
         except ClusterRejected as exc:
@@ -272,7 +281,7 @@ class Cluster:
             "pods": self.core.list_pod_for_all_namespaces,
             "jobs": self.batch.list_job_for_all_namespaces,
         }[kind]
-        self.calls += 1
+        self._count_call()
         options: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         stream = _RawWatch().stream(
             method,
