@@ -206,6 +206,9 @@ if CLUSTER_MODE not in {"sim", "kubeconfig", "in-cluster"}:
 CLUSTER_KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "sim" / "kubeconfig"))
 CLUSTER_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
 # Node label keys that carry topology (they differ between clusters).
+# The portal's address as a job's pods reach it: given to them as GPUPORTAL_API_URL, with a token
+# scoped to the job, so that they can report checkpoints. Empty: pods are not told.
+PORTAL_URL = env.str("PORTAL_URL", default="").rstrip("/")
 CLUSTER_RACK_LABEL = env.str("CLUSTER_RACK_LABEL", default="topology.kubernetes.io/rack")
 CLUSTER_NETWORK_DOMAIN_LABEL = env.str(
     "CLUSTER_NETWORK_DOMAIN_LABEL", default="network.gpuportal.io/domain"

@@ -862,6 +862,7 @@ def launch_spec(job: Job) -> LaunchSpec:
         runtime_limit=job.runtime_limit,
         grace_period=grace or timedelta(seconds=30),
         job_token=job_token(job.pk),
+        api_url=settings.PORTAL_URL,
         extra_pod_annotations=_sim_annotations(job),
     )
 

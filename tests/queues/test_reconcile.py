@@ -6,6 +6,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from rest_framework.test import APIClient
 
 from queues.cluster.adapter import Cluster
 from queues.models import CapabilityClass, Job, JobState, Node, Queue, Team, UsageInterval
@@ -90,6 +91,26 @@ def test_a_job_lives_from_pending_to_succeeded_with_the_clusters_times(sim_clust
     assert interval.ended_at - interval.started_at == timedelta(seconds=600)
     assert not interval.end_estimated
     assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+
+
+def test_a_jobs_pods_are_told_where_the_portal_is_with_a_token_for_this_job_alone(
+    sim_cluster, cycle, mia, settings
+):
+    settings.PORTAL_URL = "https://gpus.example.org"
+    job = submit(mia, seconds=600)
+
+    cycle()
+
+    created = sim_cluster.batch().read_namespaced_job(f"gpuportal-job-{job.pk}", "team-vision")
+    env = {e.name: e.value for e in created.spec.template.spec.containers[0].env}
+    assert env["GPUPORTAL_API_URL"] == "https://gpus.example.org"
+    assert env["GPUPORTAL_JOB_ID"] == str(job.pk)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {env['GPUPORTAL_JOB_TOKEN']}")
+    sim_cluster.advance(30)
+    cycle()  # running: a checkpoint may be reported
+    assert client.post(f"/api/jobs/{job.pk}/checkpoint/").status_code == 200
+    assert client.get(f"/api/jobs/{job.pk}/").status_code == 401  # that token opens nothing else
 
 
 def test_a_job_that_runs_past_its_limit_fails_timed_out(sim_cluster, cycle, mia):
