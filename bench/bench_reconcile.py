@@ -52,8 +52,8 @@ STEPS = (
     "plan",
     "plan_apply",
     "queue_estimates_store",
-    "queue_stats_refresh",
     "cluster_apply",
+    "queue_stats_refresh",
 )
 
 

@@ -180,14 +180,16 @@ def reconcile_cycle(
         plan = engine.plan(snapshot)
         plan_apply(plan, now=now, report=report)
         queue_estimates_store(snapshot, plan, now=now)
-        queue_stats_refresh(now=now)
         try:
             cluster_apply(cluster, view, now=now, report=report)
         except ClusterUnreachable as exc:
             cluster_unreachable(str(exc), now=now)
             report.unreachable = str(exc)
-            return report
-        cluster_reachable(now=now, unknown=unknown)
+        else:
+            cluster_reachable(now=now, unknown=unknown)
+        # The catalog's numbers last: they are for reading, the cluster's creates and deletes
+        # are not held up by them.
+        queue_stats_refresh(now=now)
         return report
     finally:
         report.api_calls = cluster.calls - calls_before

@@ -10,7 +10,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Count, F, Prefetch, Q, QuerySet
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 
 from chargeback.models import RateCard, RateCardWeight
 from portal.roles import is_admin
@@ -310,44 +310,76 @@ def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
 
 def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
     """Free GPU-equivalents per GPU class: healthy, in-service capacity minus what pods hold
-    (the portal's and others'). A fixed number of queries."""
+    (the portal's and others'). A fixed number of queries, and the database sums the devices
+    held on classes without time-sliced nodes (every reconcile runs this over thousands of
+    running jobs)."""
     free: dict[str, Fraction] = defaultdict(Fraction)
     replicas: dict[str, int] = {}
+    sliced: set[int] = set()  # classes with a time-sliced node: a pod's share depends on its node
     classes = {g.pk: g for g in GpuClass.objects.all()}
-    for node in Node.objects.filter(gpu_class__isnull=False):
-        replicas[node.name] = node.time_slice_replicas
-        if not node.healthy or node.maintenance:
+    for (
+        name,
+        class_id,
+        healthy,
+        maintenance,
+        mig_layout,
+        gpu_count,
+        slices,
+        outside,
+    ) in Node.objects.filter(gpu_class__isnull=False).values_list(
+        "name",
+        "gpu_class_id",
+        "healthy",
+        "maintenance",
+        "mig_layout",
+        "gpu_count",
+        "time_slice_replicas",
+        "gpus_used_outside",
+    ):
+        replicas[name] = slices
+        if slices > 1:
+            sliced.add(class_id)
+        if not healthy or maintenance:
             continue
-        gpu_class = classes[node.gpu_class_id]
-        if node.mig_layout:
+        gpu_class = classes[class_id]
+        if mig_layout:
             capacity = sum(
                 (
                     n * gpu_class.mig_share(p)
-                    for p, n in node.mig_layout.items()
+                    for p, n in mig_layout.items()
                     if p in gpu_class.mig_profiles
                 ),
                 Fraction(0),
             )
         else:
-            capacity = Fraction(node.gpu_count)
-        free[gpu_class.name] += capacity - Fraction(str(node.gpus_used_outside))
-    holding = (
-        Job.objects.filter(
-            Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
-            gpu_class__isnull=False,
+            capacity = Fraction(gpu_count)
+        free[gpu_class.name] += capacity - Fraction(str(outside))
+
+    def device_share(gpu_class: GpuClass, mig_profile: str, node_replicas: int) -> Fraction:
+        if mig_profile and mig_profile in gpu_class.mig_profiles:
+            return gpu_class.mig_share(mig_profile)
+        return Fraction(1, node_replicas)
+
+    holding = Job.objects.filter(
+        Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
+        gpu_class__isnull=False,
+    ).order_by()
+    for class_id, mig_profile, devices in (
+        holding.exclude(gpu_class_id__in=sliced)
+        .values("gpu_class_id", "mig_profile")
+        .annotate(devices=Sum(F("gpus_per_pod") * F("pods")))
+        .values_list("gpu_class_id", "mig_profile", "devices")
+    ):
+        gpu_class = classes[class_id]
+        free[gpu_class.name] -= devices * device_share(gpu_class, mig_profile, 1)
+    for class_id, mig_profile, gpus_per_pod, pods, nodes in holding.filter(
+        gpu_class_id__in=sliced
+    ).values_list("gpu_class_id", "mig_profile", "gpus_per_pod", "pods", "nodes"):
+        gpu_class = classes[class_id]
+        node_replicas = max((replicas.get(n, 1) for n in nodes), default=1)
+        free[gpu_class.name] -= (
+            gpus_per_pod * pods * device_share(gpu_class, mig_profile, node_replicas)
         )
-        .order_by()
-        .only("pods", "gpus_per_pod", "mig_profile", "nodes", "gpu_class_id")
-    )
-    for job in holding:
-        gpu_class = classes[job.gpu_class_id]
-        if job.mig_profile and job.mig_profile in gpu_class.mig_profiles:
-            per_pod = job.gpus_per_pod * gpu_class.mig_share(job.mig_profile)
-        else:
-            per_pod = Fraction(
-                job.gpus_per_pod, max((replicas.get(n, 1) for n in job.nodes), default=1)
-            )
-        free[gpu_class.name] -= per_pod * job.pods
     return {
         name: (Decimal(max(v, 0).numerator) / Decimal(max(v, 0).denominator)).quantize(
             Decimal("0.01")

@@ -306,6 +306,26 @@ class TestLiveState:
         # 8 − 1 outside − 4 held on a1, plus 8 × 3/7 − 3/7 on the MIG node = 3 + 3 = 6.
         assert live["training"].free["a100-80gb"] == Decimal("6.00")
 
+    def test_a_pod_on_a_time_sliced_node_holds_its_replicas_share(self, example_policy):
+        from decimal import Decimal
+
+        from django.utils import timezone
+
+        from queues.models import GpuClass, Node
+        from queues.selectors import free_gpu_equivalents
+        from tests.factories import JobFactory
+
+        t4 = GpuClass.objects.get(name="t4")
+        Node.objects.create(name="t4-sliced", gpu_class=t4, gpu_count=4, time_slice_replicas=4)
+        Node.objects.create(name="t4-whole", gpu_class=t4, gpu_count=2)
+        JobFactory(state="running", gpu_class=t4, nodes=["t4-sliced"], pods=1, gpus_per_pod=1)
+        JobFactory(state="admitted", gpu_class=t4, nodes=["t4-sliced"] * 2, pods=2, gpus_per_pod=1)
+        JobFactory(state="running", gpu_class=t4, nodes=["t4-whole"], pods=1, gpus_per_pod=2)
+        JobFactory(state="succeeded", gpu_class=t4, nodes=["t4-whole"], pods=1, gpus_per_pod=2)
+
+        # 4 + 2 GPUs; 1/4 + 2 × 1/4 of the sliced node's and both whole ones held: 6 − 2.75.
+        assert free_gpu_equivalents(timezone.now())["t4"] == Decimal("3.25")
+
     def test_a_queue_shows_its_waiting_jobs_in_plan_order_without_other_teams_details(self, mia):
         from django.contrib.auth import get_user_model
 

@@ -367,7 +367,15 @@ class Crash(Exception):
     real inside its own process)."""
 
 
-STEPS = ["nodes_sync", "jobs_sync", "usage_sync", "plan_apply", "cluster_apply"]
+STEPS = [
+    "nodes_sync",
+    "jobs_sync",
+    "usage_sync",
+    "plan_apply",
+    "queue_estimates_store",
+    "cluster_apply",
+    "queue_stats_refresh",
+]
 CYCLES = ["admitting", "starting", "finishing"]
 # Every step boundary in each cycle of a job's life, and the moment right after the Job was
 # created in the cluster but before the portal noted it (a Job is created only when admitting).
