@@ -70,3 +70,33 @@ def test_errors_are_reported_until_the_cluster_answers_again(sim_cluster, mirror
     assert any(
         c["type"] == "GPUHealthy" and c["status"] == "False" for c in node["status"]["conditions"]
     )
+
+
+def test_facts_are_rebuilt_only_for_objects_that_changed(sim_cluster, mirror):
+    from queues.cluster.pods import pod_facts
+
+    built = []
+
+    def counting(obj):
+        built.append(obj["metadata"]["name"])
+        return pod_facts(obj)
+
+    for name, node in (("nb-1", "h100-01"), ("nb-2", "h100-02")):
+        pod = sim_cluster.create_foreign_pod(gpus=1, node=node, name=name)
+    assert eventually(lambda: {"nb-1", "nb-2"} <= set(pod_names(mirror)))
+    first = {f.name: f for f in mirror.facts("pods", counting)}
+    assert sorted(built) == pod_names(mirror)  # the first call reads every pod
+    built.clear()
+
+    assert {f.name: f for f in mirror.facts("pods", counting)} == first
+    assert built == []  # nothing changed: nothing read again
+
+    namespace = pod["metadata"]["namespace"]
+    sim_cluster.core().delete_namespaced_pod("nb-1", namespace, grace_period_seconds=30)
+    assert eventually(lambda: mirror.facts("pods", counting) and "nb-1" in built)
+    now = {f.name: f for f in mirror.facts("pods", counting)}
+    assert set(built) == {"nb-1"}  # the pod being deleted, and only it
+    assert now["nb-1"] == pod_facts(
+        next(p for p in mirror.items("pods") if p["metadata"]["name"] == "nb-1")
+    )
+    assert now["nb-1"] != first["nb-1"] and now["nb-2"] is first["nb-2"]
