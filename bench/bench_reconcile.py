@@ -63,39 +63,45 @@ WHERE_THE_TIME_GOES = """\
 - **Reads cost no API call.** In mirror mode (the worker's) the cycle reads the watch-fed copy
   of nodes, pods and Jobs; its API calls are its writes: one create or delete per Job that
   changed, plus reading a team's namespace the first time this client creates a Job in it
-  (finished pods cost nothing: their end arrives through the watch). In list mode
-  (`--mode list`, as `reconcile --once`) every cycle lists nodes, bound pods, portal pods and
-  portal Jobs in pages of 500 (32 requests at 5,000 pods, ~14 MB of JSON).
-- **The portal's own work** in a steady cycle is about 0.8-1.7 s at 5,000 running jobs (the
-  machine is shared: single cycles and steps vary by a few tenths, and two runs of the
-  200-change cycle took 2.0 and 2.2 s): `snapshot_build` ~0.2 s,
-  `queue_stats_refresh` ~0.2 s, `jobs_sync` ~0.15 s, `read_cluster` ~0.1 s (5,000 mirrored pods
-  turned into facts), `usage_sync` and the engine's plan ~0.1 s each. Per change it adds a
-  transaction (conditional UPDATE plus timeline INSERT) and, for creates and deletes, one API
-  call; the engine's plan grows with the pending jobs it places (~0.45 s for 50).
+  (finished pods cost nothing: their end arrives through the watch). In list mode (`--mode
+  list`, as `reconcile --once`) every cycle lists nodes, bound pods, portal pods and portal Jobs
+  in pages of 500 (32 requests at 5,000 pods, ~14 MB of JSON).
+- **The portal's own work** in a steady cycle is about 0.9-1.5 s at 5,000 running jobs (the
+  machine is shared: the same cycle varies by a few tenths from run to run, which is why the
+  200-change cycle is measured three times): `snapshot_build` ~0.25 s (5,000 holding jobs read
+  as plain values for the engine), `jobs_sync` ~0.16 s (5,000 jobs, only the fields it reads),
+  `queue_stats_refresh` ~0.13 s, the engine's plan ~0.1 s, `usage_sync` ~0.1 s. `read_cluster`
+  costs little: the mirror remembers each pod's facts until its resourceVersion changes. Per
+  change a cycle adds a conditional UPDATE and a timeline INSERT (the whole `jobs_sync` pass
+  commits once) and, for creates and deletes, one API call; the plan grows with the pending jobs
+  it places.
 - **Writes to the simulated cluster cost 1-4 ms each** (a good part of it the official client
-  building and checking the request): the 200-change cycle's 150 calls wait ~0.25 s, the
-  1,000-change cycle's 500 ~1.6-1.8 s. They cost ~45 ms each before: ~40 ms of it was TCP, not
-  work (`http.server` sent each answer's headers and body in two writes with Nagle's algorithm
-  on, so the body waited for the client's delayed ACK); the rest was the simulator's scheduler
-  rebuilding its view of all 672 nodes on every write and retrying every pending pod (the view
-  is now kept up to date as pods bind and end and nodes change, and a pod that fitted nowhere
-  is retried only when one of its nodes frees resources or changes). Creating the 5,000 Jobs
-  of the setup went from 20 s to 5 s.
-- **Writes are issued one after another.** Issuing them from 4 or 8 threads was measured and
-  did not pay on this two-core machine (client and simulator are both Python, both busy), so
-  the cycle keeps its simple order.
-- **The first cycle** catches up 5,000 starts at once: a transaction per job (~2 ms each) and
-  an interval per pod. It happens once, after the portal was away while everything started.
+  building and checking the request): the 200-change cycle's 100-150 calls wait ~0.25-0.4 s (the
+  first also reads 50 teams' namespaces once), the 1,000-change cycle's 500 ~1.6-1.8 s. They
+  cost ~45 ms each before: ~40 ms of it was TCP, not work (`http.server` sent each answer's
+  headers and body in two writes with Nagle's algorithm on, so the body waited for the client's
+  delayed ACK); the rest was the simulator's scheduler rebuilding its view of all 672 nodes on
+  every write and retrying every pending pod (the view is now kept up to date as pods bind and
+  end and nodes change, and a pod that fitted nowhere is retried only when one of its nodes
+  frees resources or changes). Creating the 5,000 Jobs of the setup went from 20 s to 5 s.
+- **Writes are issued one after another.** Issuing them from 4 or 8 threads was measured and did
+  not pay on this two-core machine (client and simulator are both Python, both busy), so the
+  cycle keeps its simple order.
+- **The first cycle** catches up 5,000 starts at once: an UPDATE and a timeline INSERT per job
+  (~2 ms each, mostly the ORM) and an interval per pod. It happens once, after the portal was
+  away while everything started.
 - Fixed after the first runs of this benchmark: `nodes_sync` rewrote all 672 nodes every cycle
   (now only changed ones, and it compared foreign keys by object: a query per node);
-  `usage_sync` re-inserted an interval for every running pod and counted the whole table
-  (now only new pods, and open intervals are read with only the fields closing needs);
+  `usage_sync` re-inserted an interval for every running pod and counted the whole table (now
+  only new pods, and open intervals are read with only the fields closing needs);
   `ensure_namespace` read every namespace every cycle (now remembered); the check for unknown
-  Jobs put every Job id in one IN list (now only those not holding pods); `snapshot_build` made
-  a model instance for every holding job and five related rows (now plain values: 0.8 s to
-  0.2 s); `jobs_sync` loaded every job's JSON fields it never reads; the adapter built client
-  models of every created Job and delete answer it then dropped."""
+  Jobs put every Job id in one IN list (now only those not holding pods); `read_cluster` turned
+  all 5,000 mirrored pods into facts every cycle (now only those that changed);
+  `queue_stats_refresh` loaded every holding job to sum GPUs (the database sums them now, and it
+  runs after the creates and deletes); `snapshot_build` made a model instance for every holding
+  job and five related rows (now plain values: 0.8 s to 0.2 s); `jobs_sync` loaded every job's
+  JSON fields it never reads; the adapter built client models of every created Job and delete
+  answer it then dropped."""
 
 
 # --- The simulated cluster, in a process of its own ---------------------------------------------
@@ -357,7 +363,11 @@ def measured_cycle(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--running", type=int, default=5000)
-    parser.add_argument("--changes", default="200,1000")
+    parser.add_argument(
+        "--changes",
+        default="200,200,200,1000",
+        help="change-set sizes, one measured cycle each (repeat a size for more samples)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the first change cycle")
     parser.add_argument(
         "--mode",
@@ -431,7 +441,11 @@ def main() -> None:
                 size, finishing_after=gap * (k + 1) - elapsed, sim=sim, rng=rng
             )
             elapsed = gap * (k + 1)
-            profiler = row(f"{size:,} changes", finish, cancel, submit, args.profile and k == 0)
+            nth = changes[: k + 1].count(size)
+            label = f"{size:,} changes" + (
+                f" ({nth} of {changes.count(size)})" if changes.count(size) > 1 else ""
+            )
+            profiler = row(label, finish, cancel, submit, args.profile and k == 0)
             if profiler:
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
