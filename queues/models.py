@@ -446,6 +446,13 @@ class Job(models.Model):
     cluster_failures = models.PositiveIntegerField(
         default=0, help_text="Creates the cluster refused (4xx); the job fails after a few."
     )
+    rollbacks = models.PositiveIntegerField(
+        default=0,
+        help_text="Times in a row the cluster could not start it after admission (back-off).",
+    )
+    not_before = models.DateTimeField(
+        null=True, blank=True, help_text="After a roll-back, not admitted again before this."
+    )
     exit_code = models.IntegerField(null=True, blank=True)
     failure_reason = models.CharField(max_length=300, blank=True)
     pending_reasons = models.JSONField(default=list, blank=True)
@@ -501,6 +508,8 @@ class Job(models.Model):
 
 class JobEvent(models.Model):
     """One entry of a job's timeline (submitted, admitted, started, preempted, finished…)."""
+
+    ROLLED_BACK = "rolled back"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField()

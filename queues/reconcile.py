@@ -57,6 +57,12 @@ LEASE_TTL = timedelta(minutes=2)
 # An admitted job whose pods the cluster cannot all start within this long is rolled back to
 # pending (the scheduler's message is kept in its history).
 START_TIMEOUT = timedelta(minutes=5)
+# A rolled-back job is not admitted again before a back-off that doubles with each roll-back in
+# a row (1, 2, 4 … minutes, at most an hour): the engine does not model everything the cluster
+# checks (CPU, memory), and a job it cannot place would otherwise be admitted, stuck and rolled
+# back over and over, holding GPUs others could use. A start resets it.
+ROLLBACK_BACKOFF = timedelta(minutes=1)
+MAX_ROLLBACK_BACKOFF = timedelta(hours=1)
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
 IMAGE_PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
@@ -356,6 +362,16 @@ def job_transition(
     return bool(moved)
 
 
+def rollback_backoff(rollbacks: int) -> timedelta:
+    """How long a job rolled back ``rollbacks`` times in a row waits before it may be admitted."""
+    return min(ROLLBACK_BACKOFF * 2 ** min(rollbacks - 1, 16), MAX_ROLLBACK_BACKOFF)
+
+
+def minutes_text(span: timedelta) -> str:
+    minutes = int(span.total_seconds() // 60)
+    return "1 minute" if minutes == 1 else f"{minutes} minutes"
+
+
 def _requeue_fields(job: Job) -> dict[str, Any]:
     return {
         "attempts": job.attempts + 1,
@@ -389,6 +405,8 @@ def jobs_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
         "started_at",
         "runtime_limit",
         "attempts",
+        "rollbacks",
+        "not_before",
     )
     # One transaction for the whole pass: a cycle that moves hundreds of jobs commits once, and
     # if the worker dies mid-pass the next cycle makes the same moves from the same cluster state.
@@ -410,13 +428,19 @@ def _sync_terminating(
     if pods or k8s is not None:
         return  # its GPUs are held until the Job and its pods are gone
     if job.state == JobState.PREEMPTED:
+        message = f"pods gone; back in the queue (attempt {job.attempts + 2})"
+        held: dict[str, Any] = {}
+        if job.not_before is not None:  # rolled back, and not started since
+            held["not_before"] = now + rollback_backoff(job.rollbacks)
+            message += f"; not admitted before {held['not_before'].isoformat(timespec='seconds')}"
         if job_transition(
             job,
             to=JobState.PENDING,
             kind="requeued",
             now=now,
-            message=f"pods gone; back in the queue (attempt {job.attempts + 2})",
+            message=message,
             **_requeue_fields(job),
+            **held,
         ):
             report.transitions["preempted→pending"] += 1
     else:
@@ -458,6 +482,8 @@ def _sync_admitted(
             message=f"{job.pods} pod(s) running on {', '.join(sorted({p.node for p in started}))}",
             started_at=start,
             pending_reasons=[],
+            rollbacks=0,
+            not_before=None,
         ):
             report.transitions["admitted→running"] += 1
         return
@@ -471,25 +497,37 @@ def _sync_admitted(
             f"admitted, but the cluster's scheduler cannot place a pod: {stuck}",
             {"scheduler_message": stuck},
             "the portal rolls the job back to the queue if this lasts "
-            f"{int(START_TIMEOUT.total_seconds() // 60)} minutes",
+            f"{minutes_text(START_TIMEOUT)}",
         )
         Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
             pending_reasons=[reason.to_dict()]
         )
     if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
+        rollbacks = job.rollbacks + 1
+        backoff = rollback_backoff(rollbacks)
+        # Held back from now, and again from the requeue once its pods are gone.
+        not_before = now + backoff
         message = (
             f"only {len(started)} of {job.pods} pods started within "
-            f"{int(START_TIMEOUT.total_seconds() // 60)} minutes"
+            f"{minutes_text(START_TIMEOUT)}"
             + (f"; the scheduler said: {stuck}" if stuck else "")
+            + f"; back in the queue once its pods are gone, held back {minutes_text(backoff)}"
         )
         if job_transition(
             job,
             to=JobState.PREEMPTED,
-            kind="rolled back",
+            kind=JobEvent.ROLLED_BACK,
             now=now,
             message=message,
-            details={"scheduler_message": stuck, "started_pods": len(started)},
+            details={
+                "scheduler_message": stuck,
+                "started_pods": len(started),
+                "rollbacks": rollbacks,
+                "not_before": not_before.isoformat(),
+            },
             terminating=True,
+            rollbacks=rollbacks,
+            not_before=not_before,
         ):
             report.transitions["admitted→rolled back"] += 1
 

@@ -21,6 +21,7 @@ from queues.models import (
     FairShareSettings,
     GpuClass,
     Job,
+    JobEvent,
     JobState,
     Node,
     Queue,
@@ -60,6 +61,7 @@ def snapshot_build(
         .select_related("team", "owner", "queue", "capability_class")
         .order_by("id")
     )
+    said = _scheduler_messages([j.pk for j in pending if j.not_before and j.not_before > now])
     nodes = list(
         Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
     )
@@ -105,11 +107,28 @@ def snapshot_build(
                 runtime_limit=job.runtime_limit,
                 priority=job.priority,
                 attempts=job.attempts,
+                not_before=job.not_before,
+                rollbacks=job.rollbacks,
+                unschedulable=said.get(job.pk, ""),
             )
             for job in pending
         ),
         cluster_unreachable_since=cluster_unreachable_since,
     )
+
+
+def _scheduler_messages(job_ids: list[int]) -> dict[int, str]:
+    """What the cluster's scheduler said when each job was last rolled back (one query)."""
+    if not job_ids:
+        return {}
+    said: dict[int, str] = {}
+    for job_id, details in (
+        JobEvent.objects.filter(job_id__in=job_ids, kind=JobEvent.ROLLED_BACK)
+        .order_by("job_id", "at", "id")
+        .values_list("job_id", "details")
+    ):
+        said[job_id] = (details or {}).get("scheduler_message", "")  # the latest wins
+    return said
 
 
 def _node(node: Node, gpu_class: str) -> engine.Node:

@@ -14,7 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from queues.admission.capability import CapabilityRequest, resolve_capability
-from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import PendingJob, Queue, SharingMode, Snapshot, TopologyScope
 from queues.admission.state import EXCLUSIVE, MIG, TIME_SLICED, Shape, State
 
@@ -25,7 +25,8 @@ class Ask:
 
     ``classes`` are the GPU classes it may run on, cheapest (lowest rate-card weight) first;
     ``demand`` its scaled GPU-eq per class (for time-sliced work the most a node of that class
-    could charge, so quota checks stay safe); ``static`` non-empty means no class can ever take it.
+    could charge, so quota checks stay safe); ``static`` non-empty means no class takes it in
+    this plan: none ever can, or it is held back after roll-backs (``held_back_reason``).
     ``key`` identifies every job that the planner would treat identically except for its user.
     """
 
@@ -134,6 +135,8 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 job.queue in state.queues,
             )
         mode, profile, classes, demand, shapes, static = resolved[rkey]
+        if not static and job.not_before is not None and job.not_before > snapshot.now:
+            static = (held_back_reason(snapshot.now, job, job.not_before),)
         asks.append(
             Ask(
                 job=job,
@@ -274,6 +277,24 @@ def _no_nodes(mode: str, profile: str | None) -> str:
 
 def _kind_words(mode: str) -> str:
     return {EXCLUSIVE: "whole-GPU", MIG: "MIG", TIME_SLICED: "time-sliced"}[mode]
+
+
+def held_back_reason(now: datetime, job: PendingJob, until: datetime) -> PendingReason:
+    """Why a job the cluster could not start is not planned before ``until``."""
+    times = "once" if job.rollbacks == 1 else f"{job.rollbacks} times in a row"
+    said = f"; the scheduler said: {job.unschedulable}" if job.unschedulable else ""
+    return PendingReason(
+        ReasonCode.CLUSTER_UNSCHEDULABLE,
+        f"the cluster could not start it {times} and it was rolled back{said}; "
+        f"the portal tries again at {time_text(now, until)}",
+        {
+            "scheduler_message": job.unschedulable,
+            "rollbacks": job.rollbacks,
+            "not_before": until.isoformat(),
+        },
+        "if the scheduler's message names cpu or memory, ask for less per pod: the portal plans "
+        "GPUs, the cluster's scheduler checks the rest",
+    )
 
 
 def _no_match(message: str, details: dict[str, Any], hint: str = "") -> PendingReason:

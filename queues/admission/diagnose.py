@@ -10,12 +10,11 @@ capacity) admits the job or leaves it with its next cause.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
 from queues.admission.asks import Ask
-from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     CapacityKind,
     PreemptionClass,
@@ -44,13 +43,6 @@ def eq_text(state: State, units: int) -> str:
     if value.denominator == 1:
         return str(int(value))
     return f"{float(value):.2f}".rstrip("0").rstrip(".")
-
-
-def time_text(now: datetime, when: datetime) -> str:
-    """``14:30 UTC`` today, else ``2025-03-04 14:30 UTC``."""
-    if when.date() == now.date():
-        return when.strftime("%H:%M UTC")
-    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def plural(count: int, word: str) -> str:

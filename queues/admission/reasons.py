@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -49,3 +50,10 @@ class PendingReason:
             "details": dict(self.details),
             "hint": self.hint,
         }
+
+
+def time_text(now: datetime, when: datetime) -> str:
+    """``14:30 UTC`` today, else ``2025-03-04 14:30 UTC``."""
+    if when.date() == now.date():
+        return when.strftime("%H:%M UTC")
+    return when.strftime("%Y-%m-%d %H:%M UTC")

@@ -229,6 +229,10 @@ class PendingJob:
     ``gpus_per_pod`` counts devices: whole GPUs (exclusive), slices of the capability class's MIG
     profile, or time-slice replicas. ``memory_gb`` is the declared GPU memory per pod for
     time-sliced work. ``runtime_limit`` None means the queue's default runtime.
+
+    ``not_before`` holds it back until then: the cluster could not start it ``rollbacks`` times
+    in a row after admission (for reasons the engine does not model, such as CPU or memory the
+    nodes lack), and ``unschedulable`` is what the cluster's scheduler said the last time.
     """
 
     id: JobId
@@ -243,6 +247,9 @@ class PendingJob:
     runtime_limit: timedelta | None = None
     priority: int = 0
     attempts: int = 0
+    not_before: datetime | None = None
+    rollbacks: int = 0
+    unschedulable: str = ""
 
 
 @dataclass(frozen=True)

@@ -540,14 +540,9 @@ def cpu_starved(sim_cluster_factory, example_policy):
     adapter.close()
 
 
-def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(cpu_starved, mia):
-    sim, adapter = cpu_starved
-
-    def cycle():
-        return reconcile_cycle(cluster=adapter, now=sim.now())
-
-    # Two pods of 8 GPUs and 32 cores: one lands on a100-a, the other cannot start on a100-b.
-    job = submit(
+def stuck_gang(mia) -> Job:
+    """Two pods of 8 GPUs and 32 cores: one lands on a100-a, the other cannot start on a100-b."""
+    return submit(
         mia,
         queue="training",
         capability="bf16-large",
@@ -556,6 +551,17 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
         cpu_millicores_per_pod=32_000,
         seconds=3600,
     )
+
+
+def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(cpu_starved, mia):
+    from queues.admission.reasons import time_text
+
+    sim, adapter = cpu_starved
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    job = stuck_gang(mia)
     cycle()
     sim.advance(5)
     cycle()
@@ -564,27 +570,91 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
     assert job.state == JobState.ADMITTED
     reason = job.pending_reasons[0]
     assert reason["code"] == "ClusterUnschedulable"
-    assert "Insufficient cpu" in reason["details"]["scheduler_message"]
-    assert reason["message"].startswith(
-        "admitted, but the cluster's scheduler cannot place a pod: 0/2 nodes"
-    )
+    said = reason["details"]["scheduler_message"]
+    assert "Insufficient cpu" in said
+    assert reason["message"] == f"admitted, but the cluster's scheduler cannot place a pod: {said}"
 
     sim.advance(6 * 60)
     cycle()
 
     job.refresh_from_db()
-    assert job.state == JobState.PREEMPTED
+    assert (job.state, job.rollbacks) == (JobState.PREEMPTED, 1)
     rollback = job.events.get(kind="rolled back")
-    assert rollback.message.startswith(
-        "only 1 of 2 pods started within 5 minutes; the scheduler said: 0/2 nodes"
+    assert rollback.message == (
+        f"only 1 of 2 pods started within 5 minutes; the scheduler said: {said}; "
+        "back in the queue once its pods are gone, held back 1 minute"
     )
+    assert rollback.details["rollbacks"] == 1
+
     sim.advance(11 * 60)  # the running pod gets training's 10-minute grace period
     cycle()
 
-    # Requeued, its attempt counted, and (the portal cannot see CPU) planned again at once.
+    # Requeued, its attempt counted, and held back a minute from now: not admitted straight
+    # back into the same stuck state, and it says why, with the scheduler's words.
     job.refresh_from_db()
-    assert job.attempts == 1
+    requeued_at = job.events.get(kind="requeued").at
+    assert (job.state, job.attempts) == (JobState.PENDING, 1)
+    assert job.not_before == requeued_at + timedelta(minutes=1)
+    assert [r["code"] for r in job.pending_reasons] == ["ClusterUnschedulable"]
+    assert job.pending_reasons[0]["message"] == (
+        f"the cluster could not start it once and it was rolled back; the scheduler said: "
+        f"{said}; the portal tries again at {time_text(requeued_at, job.not_before)}"
+    )
+    assert job.pending_reasons[0]["details"]["rollbacks"] == 1
+
+    sim.advance(30)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+    sim.advance(31)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
     assert [e.kind for e in job.events.all()] == ["admitted", "rolled back", "requeued", "admitted"]
+
+
+def test_a_job_held_back_does_not_hold_up_the_jobs_behind_it(cpu_starved, mia):
+    sim, adapter = cpu_starved
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    stuck = stuck_gang(mia)
+    cycle()
+    sim.advance(6 * 60)
+    cycle()
+    sim.advance(11 * 60)
+    cycle()  # requeued and held back
+    small = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=8, seconds=600)
+    cycle()
+
+    stuck.refresh_from_db()
+    small.refresh_from_db()
+    assert (stuck.state, small.state) == (JobState.PENDING, JobState.ADMITTED)
+
+
+def test_a_job_that_starts_after_roll_backs_is_backed_off_no_more(cpu_starved, mia):
+    sim, adapter = cpu_starved
+    job = stuck_gang(mia)
+    Job.objects.filter(pk=job.pk).update(rollbacks=3, not_before=sim.now())
+    # Now it asks for what a100-b has: both pods start.
+    Job.objects.filter(pk=job.pk).update(cpu_millicores_per_pod=8_000)
+    reconcile_cycle(cluster=adapter, now=sim.now())
+    sim.advance(5)
+    reconcile_cycle(cluster=adapter, now=sim.now())
+
+    job.refresh_from_db()
+    assert (job.state, job.rollbacks, job.not_before) == (JobState.RUNNING, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("rollbacks", "minutes"), [(1, 1), (2, 2), (3, 4), (6, 32), (7, 60), (40, 60)]
+)
+def test_the_back_off_doubles_to_an_hour(rollbacks, minutes):
+    from queues.reconcile import rollback_backoff
+
+    assert rollback_backoff(rollbacks) == timedelta(minutes=minutes)
 
 
 def test_a_burst_of_requests_enqueues_one_reconcile(django_capture_on_commit_callbacks, settings):

@@ -574,3 +574,46 @@ def test_mig_slices_on_untolerated_nodes_are_named_in_slices() -> None:
     )
     assert (reason.details["unit"], reason.details["profile"]) == ("slice", "1g.10gb")
     assert reason.details["tainted_free_gpu_eq"] == 1
+
+
+def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> None:
+    said = "0/2 nodes are available: 1 Insufficient cpu, 1 Insufficient nvidia.com/gpu."
+    held = pending(
+        10,
+        "vision",
+        gpus=8,
+        rollbacks=2,
+        not_before=NOW + timedelta(minutes=2),
+        unschedulable=said,
+    )
+    result = plan(
+        snapshot(
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 16})],
+            pending=[held, pending(11, "vision", gpus=8, waited=timedelta(minutes=1))],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.CLUSTER_UNSCHEDULABLE
+    assert reason.message == (
+        f"the cluster could not start it 2 times in a row and it was rolled back; the scheduler "
+        f"said: {said}; the portal tries again at 12:02 UTC"
+    )
+    assert reason.details == {
+        "scheduler_message": said,
+        "rollbacks": 2,
+        "not_before": (NOW + timedelta(minutes=2)).isoformat(),
+    }
+    assert reason.hint.startswith("if the scheduler's message names cpu or memory")
+    # It holds nothing back: the job behind it takes the node.
+    assert [a.job_id for a in result.admissions] == [11]
+
+    later = plan(
+        snapshot(
+            now=NOW + timedelta(minutes=2),
+            nodes=[node("n1")],
+            teams=[team("vision", {H100: 16})],
+            pending=[held],
+        )
+    )
+    assert [a.job_id for a in later.admissions] == [10]
