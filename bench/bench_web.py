@@ -72,12 +72,13 @@ WHERE_THE_TIME_GOES = """\
   their SQL is the page plus a `COUNT(*)` over the caller's teams' jobs (6,000 rows here).
 - **One job a request is bounded by Django and DRF's per-request work, not by the database.** A
   submission costs 11-14 ms of one core in-process (the table above). cProfile of 300 requests
-  splits it: `job_submit` ~40 % (one query checks the three memberships; one transaction writes
-  the job and its event and takes the coalescing lease in one upsert), the serializer's
+  splits it: `job_submit` ~40 % (one query checks the three memberships, one reads the largest
+  allocatable CPU and memory of the queue's nodes; one transaction writes the job and its event
+  and takes the coalescing lease in one upsert), the serializer's
   validation ~25 % (three name lookups: team, queue, capability class), the 201 body ~15 %
   (building the serializer's fields is most of it), token authentication ~13 %, the request
   cycle itself the rest. Most of each part is the ORM composing SQL and DRF walking fields,
-  not PostgreSQL (a round trip is ~0.4 ms). It was 17 queries and is 8. Two sync workers on two
+  not PostgreSQL (a round trip is ~0.4 ms). It was 17 queries and is 9. Two sync workers on two
   shared cores top out near 150 / s that way: 500 / s would need 4 ms a request, about what a
   token-authenticated DRF *read* costs here (~4-7 ms).
 - **A sweep goes through `POST /api/jobs/batch/`** (up to 500 jobs, all stored or none, the

@@ -360,6 +360,12 @@ class Node(models.Model):
         blank=True,
         help_text='Devices held by pods the portal did not create: {"gpu": 2, "1g.10gb": 1}',
     )
+    cpu_millicores = models.PositiveIntegerField(
+        default=0, help_text="Allocatable CPU (millicores); 0 when the node does not say."
+    )
+    memory_mib = models.PositiveIntegerField(
+        default=0, help_text="Allocatable memory (MiB); 0 when the node does not say."
+    )
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

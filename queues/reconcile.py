@@ -279,6 +279,8 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
         "maintenance_until",
         "gpus_used_outside",
         "outside_devices",
+        "cpu_millicores",
+        "memory_mib",
     ]
     for facts in view.nodes:
         outside = dict(sorted(use[facts.name].outside.items())) if facts.name in use else {}
@@ -301,6 +303,8 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
             "maintenance_until": facts.maintenance_until,
             "gpus_used_outside": _outside_gpu_eq(outside, facts, gpu_class),
             "outside_devices": outside,
+            "cpu_millicores": facts.cpu_millicores,
+            "memory_mib": facts.memory_mib,
             "last_seen_at": now,
         }
         node = existing.pop(facts.name, None)

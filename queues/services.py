@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.db.models import Exists, Model, ProtectedError
+from django.db.models import Exists, Max, Model, ProtectedError, Q
 from django.utils import timezone
 
 from chargeback.models import RateCard, RateCardWeight
@@ -506,23 +506,21 @@ class JobRequest:
 
 
 def job_request_errors(
-    request: JobRequest, *, memberships: dict[tuple, tuple[bool, bool, bool]] | None = None
+    request: JobRequest, *, cache: dict[tuple, Any] | None = None
 ) -> dict[str, list[str]]:
     """Every way ``request`` breaks its queue's terms, by field (empty: it keeps them).
-    ``memberships`` remembers the membership tests across the requests of one batch."""
+    ``cache`` remembers what was read for the requests of one batch (memberships, node sizes)."""
     errors: dict[str, list[str]] = {}
     team, queue, capability_class = request.team, request.queue, request.capability_class
+    cache = {} if cache is None else cache
 
     def refuse(field_name: str, message: str) -> None:
         errors.setdefault(field_name, []).append(message)
 
     key = (request.owner.pk, team.pk, queue.pk, capability_class.pk)
-    if memberships is None or key not in memberships:
-        found = _memberships(request)
-        if memberships is None:
-            memberships = {}
-        memberships[key] = found
-    member, team_allowed, class_allowed = memberships[key]
+    if key not in cache:
+        cache[key] = _memberships(request)
+    member, team_allowed, class_allowed = cache[key]
     if not member:
         refuse("team", f"you are not a member of team {team.name}")
     if not queue.active or not team_allowed:
@@ -568,6 +566,21 @@ def job_request_errors(
             "declared_gpu_memory_gb",
             "time-sliced GPUs share their memory: declare how much your job uses",
         )
+    if ("largest node", queue.pk) not in cache:
+        cache["largest node", queue.pk] = largest_node(queue)
+    cpu, memory = cache["largest node", queue.pk]
+    if cpu and request.cpu_millicores_per_pod > cpu:
+        refuse(
+            "cpu_millicores_per_pod",
+            f"{request.cpu_millicores_per_pod / 1000:g} CPU cores per pod is more than any node "
+            f"of queue {queue.name} can give a pod (the largest has {cpu / 1000:g} allocatable)",
+        )
+    if memory and request.memory_mib_per_pod > memory:
+        refuse(
+            "memory_mib_per_pod",
+            f"{request.memory_mib_per_pod:,} MiB per pod is more than any node of queue "
+            f"{queue.name} can give a pod (the largest has {memory:,} MiB allocatable)",
+        )
     if not request.image.strip():
         refuse("image", "required")
     elif not image_allowed(request.image.strip()):
@@ -577,6 +590,20 @@ def job_request_errors(
             f"({', '.join(settings.ALLOWED_IMAGE_REGISTRIES)})",
         )
     return errors
+
+
+def largest_node(queue: Queue) -> tuple[int, int]:
+    """The most allocatable CPU (millicores) and memory (MiB) of any node of the queue's GPU
+    classes, as the cluster last reported them (0: unknown). The engine plans GPUs only; this
+    refuses at once a pod no node could ever hold, which the cluster would leave unschedulable."""
+    allowed = Queue.allowed_gpu_classes.through.objects.filter(queue_id=queue.pk)
+    nodes = Node.objects.filter(
+        Q(gpu_class_id__in=allowed.values("gpuclass_id")) | ~Exists(allowed),  # none: any
+        gpu_class__isnull=False,
+        gpu_class__active=True,
+    )
+    largest = nodes.aggregate(cpu=Max("cpu_millicores"), memory=Max("memory_mib"))
+    return largest["cpu"] or 0, largest["memory"] or 0
 
 
 def _memberships(request: JobRequest) -> tuple[bool, bool, bool]:
@@ -643,10 +670,10 @@ def job_submit_batch(*, requests: list[JobRequest]) -> list[Job]:
     """Accept every job of a batch (a sweep, say) or none: each is checked against its queue's
     terms as ``job_submit`` checks one; then all are stored in one transaction and one
     reconcile is requested. Raises ``BatchRejected`` naming every refused submission."""
-    memberships: dict[tuple, tuple[bool, bool, bool]] = {}
+    cache: dict[tuple, Any] = {}
     errors = {}
     for index, request in enumerate(requests):
-        if refused := job_request_errors(request, memberships=memberships):
+        if refused := job_request_errors(request, cache=cache):
             errors[index] = refused
     if errors:
         raise BatchRejected(errors)

@@ -2,7 +2,8 @@
 
 Pure functions over the Node as the API returns it (a JSON ``dict``): the adapter asks the
 official client for raw JSON so that mirroring thousands of objects skips model building. No
-Django, no client import: this module only interprets.
+Django, no API client: this module only interprets (quantities with the official client's
+``parse_quantity``).
 
 Conventions (see docs/cluster.md):
 
@@ -18,6 +19,7 @@ Conventions (see docs/cluster.md):
 * Maintenance: the portal's taint ``gpuportal.io/maintenance`` (``NoExecute`` = draining,
   otherwise cordoned) or a cordon (``spec.unschedulable``); the reason and expected end come from
   the annotations ``gpuportal.io/maintenance-reason`` and ``gpuportal.io/maintenance-until``.
+* Allocatable CPU and memory, so a submission can be told when no node could hold its pods.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
@@ -74,6 +78,8 @@ class NodeFacts:
     maintenance: str = ""  # "", "cordoned" or "draining"
     maintenance_reason: str = ""
     maintenance_until: datetime | None = None
+    cpu_millicores: int = 0  # allocatable; 0 when the node does not say
+    memory_mib: int = 0
 
 
 def normalized_product(label: str) -> tuple[str, str | None]:
@@ -91,6 +97,22 @@ def quantity_int(value: Any) -> int:
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
+        return 0
+
+
+def millicores(value: Any) -> int:
+    """A CPU quantity in millicores (``"16"`` → 16000, ``"15900m"`` → 15900); junk → 0."""
+    try:
+        return int(parse_quantity(str(value)) * 1000)
+    except (TypeError, ValueError, ArithmeticError):
+        return 0
+
+
+def mebibytes(value: Any) -> int:
+    """A memory quantity in MiB, rounded down (``"2Gi"`` → 2048); junk → 0."""
+    try:
+        return int(parse_quantity(str(value)) // 2**20)
+    except (TypeError, ValueError, ArithmeticError):
         return 0
 
 
@@ -149,6 +171,8 @@ def node_facts(node: Mapping[str, Any], conventions: Conventions = Conventions()
         maintenance_until=_timestamp(annotations.get(MAINTENANCE_UNTIL_ANNOTATION))
         if maintenance
         else None,
+        cpu_millicores=millicores(allocatable.get("cpu", 0)),
+        memory_mib=mebibytes(allocatable.get("memory", 0)),
     )
 
 

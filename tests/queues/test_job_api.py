@@ -218,6 +218,32 @@ def test_a_mig_profile_on_a_queue_that_does_not_hand_out_slices_is_refused(mia, 
     assert Job.objects.count() == 0
 
 
+def test_a_pod_no_node_could_hold_is_refused_naming_the_field(mia, api_as):
+    from queues.models import GpuClass
+    from tests.factories import NodeFactory
+
+    NodeFactory(gpu_class=GpuClass.objects.get(name="t4"), cpu_millicores=62_000, memory_mib=1)
+
+    response = api_as(mia).post(
+        "/api/jobs/",
+        body(queue="interactive", declared_gpu_memory_gb=8, cpu_millicores_per_pod=64_000),
+        format="json",
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "cpu_millicores_per_pod": [
+            "64 CPU cores per pod is more than any node of queue interactive can give a pod "
+            "(the largest has 62 allocatable)"
+        ],
+        "memory_mib_per_pod": [
+            "4,096 MiB per pod is more than any node of queue interactive can give a pod "
+            "(the largest has 1 MiB allocatable)"
+        ],
+    }
+    assert Job.objects.count() == 0
+
+
 def test_unknown_names_are_refused_naming_each_field(mia, api_as):
     response = api_as(mia).post(
         "/api/jobs/",

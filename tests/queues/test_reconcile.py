@@ -59,6 +59,8 @@ def test_nodes_are_mirrored_as_the_cluster_labels_them(cycle):
     mig = Node.objects.exclude(mig_layout={}).get()
     assert mig.mig_layout == {"1g.10gb": 28, "3g.40gb": 8}
     assert {n.network_domain for n in h100} == {"ib-a"}
+    # Allocatable, not capacity: what a pod may ask of the node.
+    assert {(n.cpu_millicores, n.memory_mib) for n in h100} == {(190_000, 1900 * 1024)}
 
 
 def test_a_job_lives_from_pending_to_succeeded_with_the_clusters_times(sim_cluster, cycle, mia):

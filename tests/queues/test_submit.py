@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from queues.models import CapabilityClass, Job, JobState, Queue, Team
+from queues.models import CapabilityClass, GpuClass, Job, JobState, Queue, Team
 from queues.services import JobRejected, JobRequest, job_submit
 
 pytestmark = pytest.mark.django_db
@@ -129,3 +129,49 @@ def test_an_image_outside_the_allowed_registries(mia, settings):
         ]
     }
     assert submit(mia, image="nvcr.io/nvidia/pytorch:24.05-py3").image.startswith("nvcr.io/")
+
+
+def test_pods_bigger_than_any_node_of_the_queue_can_hold(mia):
+    from tests.factories import NodeFactory
+
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    t4 = GpuClass.objects.get(name="t4")
+    NodeFactory(gpu_class=h100, cpu_millicores=190_000, memory_mib=1_945_600)
+    NodeFactory(gpu_class=h100, cpu_millicores=96_000, memory_mib=1_048_576)
+    NodeFactory(gpu_class=t4, cpu_millicores=250_000, memory_mib=4_000_000)  # not training's
+
+    errors = refused(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        cpu_millicores_per_pod=200_500,
+        memory_mib_per_pod=2_000_000,
+    )
+
+    assert errors == {
+        "cpu_millicores_per_pod": [
+            "200.5 CPU cores per pod is more than any node of queue training can give a pod "
+            "(the largest has 190 allocatable)"
+        ],
+        "memory_mib_per_pod": [
+            "2,000,000 MiB per pod is more than any node of queue training can give a pod "
+            "(the largest has 1,945,600 MiB allocatable)"
+        ],
+    }
+    # What the largest node allocates fits.
+    submit(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        cpu_millicores_per_pod=190_000,
+        memory_mib_per_pod=1_945_600,
+    )
+
+
+def test_pod_size_is_not_checked_before_the_cluster_reported_its_nodes(mia):
+    from tests.factories import NodeFactory
+
+    NodeFactory(gpu_class=GpuClass.objects.get(name="h100-80gb"))  # allocatable unknown: 0
+
+    job = submit(mia, queue="training", capability="bf16-large", cpu_millicores_per_pod=500_000)
+    assert job.cpu_millicores_per_pod == 500_000

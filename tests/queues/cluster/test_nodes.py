@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from queues.cluster.nodes import Conventions, node_facts, normalized_product
 
 
@@ -185,3 +187,18 @@ def test_a_cpu_only_node_has_no_gpus():
     facts = node_facts(node("cpu-1"))
 
     assert (facts.product, facts.gpu_count, facts.mig_layout) == ("", 0, {})
+
+
+@pytest.mark.parametrize(
+    ("cpu", "memory", "millicores", "mib"),
+    [
+        ("96", "1Ti", 96_000, 1_048_576),
+        ("15900m", "527893020Ki", 15_900, 515_520),
+        ("0.5", "1073741824", 500, 1024),
+        ("lots", "", 0, 0),
+    ],
+)
+def test_allocatable_cpu_and_memory_in_the_portals_units(cpu, memory, millicores, mib):
+    facts = node_facts(node("n1", allocatable={"cpu": cpu, "memory": memory}))
+
+    assert (facts.cpu_millicores, facts.memory_mib) == (millicores, mib)
