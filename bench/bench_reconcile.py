@@ -66,18 +66,19 @@ WHERE_THE_TIME_GOES = """\
   (finished pods cost nothing: their end arrives through the watch). In list mode (`--mode
   list`, as `reconcile --once`) every cycle lists nodes, bound pods, portal pods and portal Jobs
   in pages of 500 (32 requests at 5,000 pods, ~14 MB of JSON).
-- **The portal's own work** in a steady cycle is about 0.9-1.5 s at 5,000 running jobs (the
+- **The portal's own work** in a steady cycle is about 0.5-1.5 s at 5,000 running jobs (the
   machine is shared: the same cycle varies by a few tenths from run to run, which is why the
-  200-change cycle is measured three times): `snapshot_build` ~0.25 s (5,000 holding jobs read
-  as plain values for the engine), `jobs_sync` ~0.16 s (5,000 jobs, only the fields it reads),
-  `queue_stats_refresh` ~0.13 s, the engine's plan ~0.1 s, `usage_sync` ~0.1 s. `read_cluster`
+  200-change cycle is measured three times; two runs a day apart gave 1.56-1.75 s and
+  1.06-1.13 s): `snapshot_build` ~0.15-0.25 s (5,000 holding jobs read as plain values for the
+  engine), `jobs_sync` ~0.1-0.16 s (5,000 jobs, only the fields it reads), `queue_stats_refresh`
+  ~0.1 s, the engine's plan ~0.1 s, `usage_sync` ~0.1 s. `read_cluster`
   costs little: the mirror remembers each pod's facts until its resourceVersion changes. Per
   change a cycle adds a conditional UPDATE and a timeline INSERT (the whole `jobs_sync` pass
   commits once) and, for creates and deletes, one API call; the plan grows with the pending jobs
   it places.
 - **Writes to the simulated cluster cost 1-4 ms each** (a good part of it the official client
-  building and checking the request): the 200-change cycle's 100-150 calls wait ~0.25-0.4 s (the
-  first also reads 50 teams' namespaces once), the 1,000-change cycle's 500 ~1.6-1.8 s. They
+  building and checking the request): the 200-change cycle's 100-150 calls wait ~0.15-0.4 s (the
+  first also reads 50 teams' namespaces once), the 1,000-change cycle's 500 ~0.8-1.8 s. They
   cost ~45 ms each before: ~40 ms of it was TCP, not work (`http.server` sent each answer's
   headers and body in two writes with Nagle's algorithm on, so the body waited for the client's
   delayed ACK); the rest was the simulator's scheduler rebuilding its view of all 672 nodes on
