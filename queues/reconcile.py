@@ -509,7 +509,7 @@ def _sync_admitted(
     if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
         rollbacks = job.rollbacks + 1
         backoff = rollback_backoff(rollbacks)
-        # Held back from now, and again from the requeue once its pods are gone.
+        # Marks the job rolled back; the requeue, once its pods are gone, holds it back from then.
         not_before = now + backoff
         message = (
             f"only {len(started)} of {job.pods} pods started within "
@@ -527,7 +527,7 @@ def _sync_admitted(
                 "scheduler_message": stuck,
                 "started_pods": len(started),
                 "rollbacks": rollbacks,
-                "not_before": not_before.isoformat(),
+                "backoff_seconds": int(backoff.total_seconds()),
             },
             terminating=True,
             rollbacks=rollbacks,
@@ -789,6 +789,7 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
             capacity_kind=admission.capacity.value,
             reservation_id=admission.reservation_id,
             admitted_at=now,
+            not_before=None,  # a roll-back sets it again; a preemption before start does not
             pending_reasons=[],
             position=None,
             queue_length=None,

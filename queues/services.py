@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.db.models import Exists, Max, Model, ProtectedError, Q
+from django.db.models import Exists, Model, ProtectedError, Q
 from django.utils import timezone
 
 from chargeback.models import RateCard, RateCardWeight
@@ -566,21 +566,10 @@ def job_request_errors(
             "declared_gpu_memory_gb",
             "time-sliced GPUs share their memory: declare how much your job uses",
         )
-    if ("largest node", queue.pk) not in cache:
-        cache["largest node", queue.pk] = largest_node(queue)
-    cpu, memory = cache["largest node", queue.pk]
-    if cpu and request.cpu_millicores_per_pod > cpu:
-        refuse(
-            "cpu_millicores_per_pod",
-            f"{request.cpu_millicores_per_pod / 1000:g} CPU cores per pod is more than any node "
-            f"of queue {queue.name} can give a pod (the largest has {cpu / 1000:g} allocatable)",
-        )
-    if memory and request.memory_mib_per_pod > memory:
-        refuse(
-            "memory_mib_per_pod",
-            f"{request.memory_mib_per_pod:,} MiB per pod is more than any node of queue "
-            f"{queue.name} can give a pod (the largest has {memory:,} MiB allocatable)",
-        )
+    if ("node sizes", queue.pk) not in cache:
+        cache["node sizes", queue.pk] = node_sizes(queue)
+    for field_name, message in pod_size_problems(request, cache["node sizes", queue.pk]):
+        refuse(field_name, message)
     if not request.image.strip():
         refuse("image", "required")
     elif not image_allowed(request.image.strip()):
@@ -592,18 +581,57 @@ def job_request_errors(
     return errors
 
 
-def largest_node(queue: Queue) -> tuple[int, int]:
-    """The most allocatable CPU (millicores) and memory (MiB) of any node of the queue's GPU
-    classes, as the cluster last reported them (0: unknown). The engine plans GPUs only; this
-    refuses at once a pod no node could ever hold, which the cluster would leave unschedulable."""
+def node_sizes(queue: Queue) -> list[tuple[int, int]]:
+    """The allocatable (CPU millicores, memory MiB) of the nodes of the queue's GPU classes, as
+    the cluster last reported them, each size once (0: the node did not say)."""
     allowed = Queue.allowed_gpu_classes.through.objects.filter(queue_id=queue.pk)
-    nodes = Node.objects.filter(
-        Q(gpu_class_id__in=allowed.values("gpuclass_id")) | ~Exists(allowed),  # none: any
-        gpu_class__isnull=False,
-        gpu_class__active=True,
+    return list(
+        Node.objects.filter(
+            Q(gpu_class_id__in=allowed.values("gpuclass_id")) | ~Exists(allowed),  # none: any
+            gpu_class__isnull=False,
+            gpu_class__active=True,
+        )
+        .values_list("cpu_millicores", "memory_mib")
+        .distinct()
     )
-    largest = nodes.aggregate(cpu=Max("cpu_millicores"), memory=Max("memory_mib"))
-    return largest["cpu"] or 0, largest["memory"] or 0
+
+
+def pod_size_problems(request: JobRequest, sizes: list[tuple[int, int]]) -> list[tuple[str, str]]:
+    """(field, message) for a pod no node of the queue could hold. The engine plans GPUs; CPU
+    and memory only the cluster's scheduler places, and it would leave such a pod unschedulable.
+    Nothing is refused while a node's size is unknown (no node mirrored yet, or one not saying)."""
+    if not sizes or any(not cpu or not memory for cpu, memory in sizes):
+        return []
+    cpu, memory = request.cpu_millicores_per_pod, request.memory_mib_per_pod
+    queue = request.queue.name
+    problems = []
+    most_cpu = max(c for c, _ in sizes)
+    most_memory = max(m for _, m in sizes)
+    if cpu > most_cpu:
+        problems.append(
+            (
+                "cpu_millicores_per_pod",
+                f"{cpu / 1000:g} CPU cores per pod is more than any node of queue {queue} can "
+                f"give a pod (the largest has {most_cpu / 1000:g} CPU cores allocatable)",
+            )
+        )
+    if memory > most_memory:
+        problems.append(
+            (
+                "memory_mib_per_pod",
+                f"{memory:,} MiB per pod is more than any node of queue {queue} can give a pod "
+                f"(the largest has {most_memory:,} MiB allocatable)",
+            )
+        )
+    if not problems and not any(c >= cpu and m >= memory for c, m in sizes):
+        problems.append(
+            (
+                "cpu_millicores_per_pod",
+                f"no node of queue {queue} has both {cpu / 1000:g} CPU cores and {memory:,} MiB "
+                "allocatable for one pod: ask for less of one",
+            )
+        )
+    return problems
 
 
 def _memberships(request: JobRequest) -> tuple[bool, bool, bool]:

@@ -135,7 +135,7 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 job.queue in state.queues,
             )
         mode, profile, classes, demand, shapes, static = resolved[rkey]
-        if not static and job.not_before is not None and job.not_before > snapshot.now:
+        if not static and job.not_before is not None and held_back(job, snapshot.now):
             static = (held_back_reason(snapshot.now, job, job.not_before),)
         asks.append(
             Ask(
@@ -279,14 +279,23 @@ def _kind_words(mode: str) -> str:
     return {EXCLUSIVE: "whole-GPU", MIG: "MIG", TIME_SLICED: "time-sliced"}[mode]
 
 
+def held_back(job: PendingJob, now: datetime) -> bool:
+    """Whether ``job`` waits out a back-off after roll-backs (see ``held_back_reason``)."""
+    return job.not_before is not None and job.not_before > now
+
+
 def held_back_reason(now: datetime, job: PendingJob, until: datetime) -> PendingReason:
     """Why a job the cluster could not start is not planned before ``until``."""
     times = "once" if job.rollbacks == 1 else f"{job.rollbacks} times in a row"
     said = f"; the scheduler said: {job.unschedulable}" if job.unschedulable else ""
+    # Shown to the minute, rounded up: "tries again at 12:02" is never early.
+    shown = until.replace(second=0, microsecond=0)
+    if shown < until:
+        shown += timedelta(minutes=1)
     return PendingReason(
         ReasonCode.CLUSTER_UNSCHEDULABLE,
-        f"the cluster could not start it {times} and it was rolled back{said}; "
-        f"the portal tries again at {time_text(now, until)}",
+        f"rolled back {times}: the cluster could not start it{said}; "
+        f"the portal tries again at {time_text(now, shown)}",
         {
             "scheduler_message": job.unschedulable,
             "rollbacks": job.rollbacks,

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from queues.admission.asks import Ask, build_asks, build_probe_asks
+from queues.admission.asks import Ask, build_asks, build_probe_asks, held_back
 from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_text, time_text
 from queues.admission.estimate import simulate
 from queues.admission.fit import Fit, Option, fit_class, hold
@@ -540,7 +540,8 @@ def _assemble(
             estimate = EstimatedStart(at=None, why_unknown=ask.static[0].message)
         else:
             estimate = starts[job_id]
-        estimate = _with_range(state, ask, estimate)
+        if not held_back(ask.job, state.now):  # past waits say nothing of a back-off's end
+            estimate = _with_range(state, ask, estimate)
         reasons = list(outcome.reasons)
         priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)
         if outcome.would_admit:

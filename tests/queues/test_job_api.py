@@ -234,7 +234,7 @@ def test_a_pod_no_node_could_hold_is_refused_naming_the_field(mia, api_as):
     assert response.json() == {
         "cpu_millicores_per_pod": [
             "64 CPU cores per pod is more than any node of queue interactive can give a pod "
-            "(the largest has 62 allocatable)"
+            "(the largest has 62 CPU cores allocatable)"
         ],
         "memory_mib_per_pod": [
             "4,096 MiB per pod is more than any node of queue interactive can give a pod "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import math
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -586,7 +587,7 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
         f"only 1 of 2 pods started within 5 minutes; the scheduler said: {said}; "
         "back in the queue once its pods are gone, held back 1 minute"
     )
-    assert rollback.details["rollbacks"] == 1
+    assert (rollback.details["rollbacks"], rollback.details["backoff_seconds"]) == (1, 60)
 
     sim.advance(11 * 60)  # the running pod gets training's 10-minute grace period
     cycle()
@@ -598,9 +599,10 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
     assert (job.state, job.attempts) == (JobState.PENDING, 1)
     assert job.not_before == requeued_at + timedelta(minutes=1)
     assert [r["code"] for r in job.pending_reasons] == ["ClusterUnschedulable"]
+    retry = datetime.fromtimestamp(math.ceil(job.not_before.timestamp() / 60) * 60, UTC)
     assert job.pending_reasons[0]["message"] == (
-        f"the cluster could not start it once and it was rolled back; the scheduler said: "
-        f"{said}; the portal tries again at {time_text(requeued_at, job.not_before)}"
+        f"rolled back once: the cluster could not start it; the scheduler said: "
+        f"{said}; the portal tries again at {time_text(requeued_at, retry)}"
     )
     assert job.pending_reasons[0]["details"]["rollbacks"] == 1
 
@@ -613,6 +615,9 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
     cycle()
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
+    # Admission ends the hold (a preemption before it starts requeues it without one); the
+    # count of roll-backs in a row stays until it starts, so the next back-off is longer.
+    assert (job.not_before, job.rollbacks) == (None, 1)
     assert [e.kind for e in job.events.all()] == ["admitted", "rolled back", "requeued", "admitted"]
 
 

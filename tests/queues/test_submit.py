@@ -151,7 +151,7 @@ def test_pods_bigger_than_any_node_of_the_queue_can_hold(mia):
     assert errors == {
         "cpu_millicores_per_pod": [
             "200.5 CPU cores per pod is more than any node of queue training can give a pod "
-            "(the largest has 190 allocatable)"
+            "(the largest has 190 CPU cores allocatable)"
         ],
         "memory_mib_per_pod": [
             "2,000,000 MiB per pod is more than any node of queue training can give a pod "
@@ -166,6 +166,29 @@ def test_pods_bigger_than_any_node_of_the_queue_can_hold(mia):
         cpu_millicores_per_pod=190_000,
         memory_mib_per_pod=1_945_600,
     )
+
+
+def test_cpu_and_memory_must_fit_on_one_node(mia):
+    from tests.factories import NodeFactory
+
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    NodeFactory(gpu_class=h100, cpu_millicores=190_000, memory_mib=100_000)
+    NodeFactory(gpu_class=h100, cpu_millicores=16_000, memory_mib=1_000_000)
+
+    errors = refused(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        cpu_millicores_per_pod=100_000,
+        memory_mib_per_pod=500_000,
+    )
+
+    assert errors == {
+        "cpu_millicores_per_pod": [
+            "no node of queue training has both 100 CPU cores and 500,000 MiB allocatable "
+            "for one pod: ask for less of one"
+        ]
+    }
 
 
 def test_pod_size_is_not_checked_before_the_cluster_reported_its_nodes(mia):

@@ -596,7 +596,7 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
     [reason] = reasons_of(result, 10)
     assert reason.code is ReasonCode.CLUSTER_UNSCHEDULABLE
     assert reason.message == (
-        f"the cluster could not start it 2 times in a row and it was rolled back; the scheduler "
+        f"rolled back 2 times in a row: the cluster could not start it; the scheduler "
         f"said: {said}; the portal tries again at 12:02 UTC"
     )
     assert reason.details == {
@@ -607,6 +607,19 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
     assert reason.hint.startswith("if the scheduler's message names cpu or memory")
     # It holds nothing back: the job behind it takes the node.
     assert [a.job_id for a in result.admissions] == [11]
+    # Its start is unknown until then, and no range from past waits pretends otherwise.
+    estimate = result.status(10).estimated_start  # type: ignore[union-attr]
+    assert (estimate.at, estimate.range_low) == (None, None)
+    assert estimate.why_unknown == reason.message
+
+    # The retry time is rounded up to the minute, never early.
+    half = pending(10, "vision", gpus=8, rollbacks=1, not_before=NOW + timedelta(seconds=61))
+    [reason] = reasons_of(
+        plan(snapshot(nodes=[node("n1")], teams=[team("vision", {H100: 16})], pending=[half])), 10
+    )
+    assert reason.message == (
+        "rolled back once: the cluster could not start it; the portal tries again at 12:02 UTC"
+    )
 
     later = plan(
         snapshot(
