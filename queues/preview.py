@@ -71,6 +71,8 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         memory_gb=request.declared_gpu_memory_gb,
         runtime_limit=request.runtime,
         priority=request.job_priority,
+        cpu_millicores=request.cpu_millicores_per_pod,
+        memory_mib=request.memory_mib_per_pod,
     )
     snapshot = snapshot_build(now=now)
     snapshot = dataclasses.replace(snapshot, pending=(*snapshot.pending, probe))

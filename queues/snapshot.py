@@ -107,6 +107,8 @@ def snapshot_build(
                 runtime_limit=job.runtime_limit,
                 priority=job.priority,
                 attempts=job.attempts,
+                cpu_millicores=job.cpu_millicores_per_pod,
+                memory_mib=job.memory_mib_per_pod,
                 not_before=job.not_before,
                 rollbacks=job.rollbacks,
                 unschedulable=said.get(job.pk, ""),
@@ -162,6 +164,8 @@ def _node(node: Node, gpu_class: str) -> engine.Node:
         maintenance_reason=node.maintenance_reason,
         maintenance_until=node.maintenance_until,
         outside_gpu_eq=Fraction(int(outside.get("gpu", 0)), replicas),
+        cpu_millicores=node.cpu_millicores,
+        memory_mib=node.memory_mib,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from queues.admission.capability import CapabilityRequest, resolve_capability
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import PendingJob, Queue, SharingMode, Snapshot, TopologyScope
-from queues.admission.state import EXCLUSIVE, MIG, TIME_SLICED, Shape, State
+from queues.admission.state import EXCLUSIVE, MIG, TIME_SLICED, Pool, Shape, State
 
 
 @dataclass(slots=True)
@@ -122,7 +122,15 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
     for order, job in jobs:
         queue = state.queues.get(job.queue) or _fallback_queue(job.queue)
         runtime = job.runtime_limit or queue.default_runtime
-        rkey = (queue.name, job.capability, job.memory_gb, job.pods, job.gpus_per_pod)
+        rkey = (
+            queue.name,
+            job.capability,
+            job.memory_gb,
+            job.pods,
+            job.gpus_per_pod,
+            job.cpu_millicores,
+            job.memory_mib,
+        )
         if job.queue not in state.queues:
             rkey = ("?", *rkey)
         if rkey not in resolved:
@@ -193,6 +201,7 @@ def _resolve(
     allowed = set(queue.gpu_classes) if queue.gpu_classes else None
     classes: list[str] = []
     rejected: dict[str, str] = {}
+    too_small_classes: list[str] = []
     for name in resolution.matches:
         if allowed is not None and name not in allowed:
             rejected[name] = f"queue {queue.name} does not allow it"
@@ -204,6 +213,12 @@ def _resolve(
         if (name, mode, profile) not in state.pools:
             rejected[name] = _no_nodes(mode, profile)
             continue
+        if job.cpu_millicores or job.memory_mib:
+            too_small = _nodes_too_small(state, state.pools[(name, mode, profile)], job)
+            if too_small:
+                rejected[name] = too_small
+                too_small_classes.append(name)
+                continue
         classes.append(name)
     for name in state.classes:
         if name not in resolution.matches:
@@ -235,7 +250,11 @@ def _resolve(
         demand[name] = state.eq_units(per_pod * job.pods)
         topology = queue.required_topology if job.pods > 1 else TopologyScope.NONE
         shapes[name] = Shape(job.pods, job.gpus_per_pod, hbm, topology, tolerations)
-    if not classes and any(name in rejected for name in resolution.matches):
+    if (
+        not classes
+        and not too_small_classes
+        and any(name in rejected for name in resolution.matches)
+    ):
         # matching classes exist, but the cluster has no nodes that serve this kind of request
         names = [name for name in resolution.matches if rejected.get(name, "").startswith("no ")]
         if names and mode == MIG:
@@ -264,9 +283,53 @@ def _resolve(
             else sorted(state.classes),
             "rejections": {name: why for name, why in sorted(rejected.items())},
         }
-        hint = _no_match_hint(state, queue, capability, job)
+        if too_small_classes:
+            hint = _smaller_pod_hint(state, too_small_classes, mode, profile, job)
+        else:
+            hint = _no_match_hint(state, queue, capability, job)
         return mode, profile, (), {}, {}, (_no_match(message, details, hint),)
     return mode, profile, tuple(classes), demand, shapes, ()
+
+
+def _nodes_too_small(state: State, pool: Pool, job: PendingJob) -> str:
+    """Why no node of ``pool`` could hold one of ``job``'s pods (CPU and memory allocatable,
+    unknown sizes fit anything), or "" when one could."""
+    nodes = [state.nodes[i] for i in pool.nodes]
+    cpu, memory = job.cpu_millicores, job.memory_mib
+    if any(
+        (not n.cpu_millicores or n.cpu_millicores >= cpu)
+        and (not n.memory_mib or n.memory_mib >= memory)
+        for n in nodes
+    ):
+        return ""
+    cores = f"{cpu / 1000:g} CPU cores"
+    most_cpu = max(n.cpu_millicores for n in nodes)
+    most_memory = max(n.memory_mib for n in nodes)
+    if all(n.cpu_millicores for n in nodes) and cpu > most_cpu:
+        return f"its nodes allocate at most {most_cpu / 1000:g} CPU cores, a pod asks {cores}"
+    if all(n.memory_mib for n in nodes) and memory > most_memory:
+        return f"its nodes allocate at most {most_memory:,} MiB memory, a pod asks {memory:,} MiB"
+    return f"none of its nodes allocates both the {cores} and {memory:,} MiB a pod asks"
+
+
+def _smaller_pod_hint(
+    state: State, classes: list[str], mode: str, profile: str | None, job: PendingJob
+) -> str:
+    """The node a pod would fit with the least cut in CPU or memory, and what it allocates."""
+    candidates = [
+        (state.nodes[i], name) for name in classes for i in state.pools[(name, mode, profile)].nodes
+    ]
+    best, gpu_class = max(
+        candidates,
+        key=lambda c: min(
+            Fraction(c[0].cpu_millicores, max(job.cpu_millicores, 1)),
+            Fraction(c[0].memory_mib, max(job.memory_mib, 1)),
+        ),
+    )
+    return (
+        f"node {best.name} ({gpu_class}) allocates {best.cpu_millicores / 1000:g} CPU cores and "
+        f"{best.memory_mib:,} MiB memory: ask for at most that per pod"
+    )
 
 
 def _no_nodes(mode: str, profile: str | None) -> str:

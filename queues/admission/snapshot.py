@@ -115,6 +115,8 @@ class Node:
     maintenance_reason: str = ""
     maintenance_until: datetime | None = None
     outside_gpu_eq: Fraction = Fraction(0)
+    cpu_millicores: int = 0  # allocatable; 0: unknown (then any pod's ask fits)
+    memory_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,10 @@ class PendingJob:
     profile, or time-slice replicas. ``memory_gb`` is the declared GPU memory per pod for
     time-sliced work. ``runtime_limit`` None means the queue's default runtime.
 
+    ``cpu_millicores`` and ``memory_mib`` are what each pod asks besides GPUs (0: nothing). The
+    engine does not count them as used, but never picks a GPU class none of whose nodes could
+    hold such a pod.
+
     ``not_before`` holds it back until then: the cluster could not start it ``rollbacks`` times
     in a row after admission (for reasons the engine does not model, such as CPU or memory the
     nodes lack), and ``unschedulable`` is what the cluster's scheduler said the last time.
@@ -247,6 +253,8 @@ class PendingJob:
     runtime_limit: timedelta | None = None
     priority: int = 0
     attempts: int = 0
+    cpu_millicores: int = 0
+    memory_mib: int = 0
     not_before: datetime | None = None
     rollbacks: int = 0
     unschedulable: str = ""

@@ -527,6 +527,30 @@ def test_a_time_sliced_job_holds_one_replica(sim_cluster, cycle, mia):
     assert UsageInterval.objects.get(job=job).share == Fraction(1, 4)
 
 
+def test_a_pod_too_big_for_the_cheaper_classs_nodes_runs_on_a_class_that_can_hold_it(
+    sim_cluster, cycle, mia
+):
+    # The A100 nodes allocate 126 cores, the H100 nodes 190 (examples/cluster.yaml); A100s are
+    # the cheaper class, and vision's A100 quota takes one 4-GPU job.
+    big = submit(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        gpus_per_pod=4,
+        cpu_millicores_per_pod=150_000,
+    )
+    cycle()
+    small = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=4)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+
+    small.refresh_from_db()
+    big.refresh_from_db()
+    assert (small.gpu_class.name, small.state) == ("a100-80gb", JobState.RUNNING)
+    assert (big.gpu_class.name, big.state) == ("h100-80gb", JobState.RUNNING)
+
+
 @pytest.fixture
 def cpu_starved(sim_cluster_factory, example_policy):
     """Two A100 nodes; a100-b has too little CPU for big pods, which the portal does not model:

@@ -630,3 +630,56 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
         )
     )
     assert [a.job_id for a in later.admissions] == [10]
+
+
+def test_a_class_whose_nodes_are_all_too_small_for_the_pod_is_passed_over() -> None:
+    a100 = "a100-40gb"
+    nodes = [
+        node("a1", a100, cpu_millicores=126_000, memory_mib=1_024_000),
+        node("h1", cpu_millicores=190_000, memory_mib=1_945_600),
+    ]
+    teams = [team("vision", {H100: 8, a100: 8})]
+
+    def one(cpu: int, memory: int = 4096) -> Plan:
+        job = pending(10, "vision", "training", "any-40gb", cpu_millicores=cpu, memory_mib=memory)
+        return plan(snapshot(nodes=nodes, teams=teams, pending=[job]))
+
+    # a100-40gb is the cheaper class, and takes a pod its nodes can hold ...
+    assert one(64_000).admissions[0].gpu_class == a100
+    # ... but not one of 150 cores: the H100 node can, so the job goes there.
+    assert one(150_000).admissions[0].gpu_class == H100
+
+    [reason] = reasons_of(one(200_000, 2_000_000), 10)
+    assert reason.code is ReasonCode.NO_MATCHING_GPU_CLASS
+    assert reason.details["rejections"] == {
+        a100: "its nodes allocate at most 126 CPU cores, a pod asks 200 CPU cores",
+        H100: "its nodes allocate at most 190 CPU cores, a pod asks 200 CPU cores",
+        "l4-24gb": "HBM 24 GB < 40 GB required",
+        "t4-16gb": "HBM 16 GB < 40 GB required",
+    }
+    # Memory too: 1,500,000 MiB fits only the H100 node.
+    assert one(100_000, 1_500_000).admissions[0].gpu_class == H100
+
+
+def test_cpu_and_memory_must_fit_on_one_node_of_the_class() -> None:
+    nodes = [
+        node("h1", cpu_millicores=190_000, memory_mib=100_000),
+        node("h2", cpu_millicores=16_000, memory_mib=1_000_000),
+    ]
+    job = pending(10, "vision", cpu_millicores=100_000, memory_mib=500_000)
+    result = plan(snapshot(nodes=nodes, teams=[team("vision", {H100: 16})], pending=[job]))
+
+    [reason] = reasons_of(result, 10)
+    assert reason.details["rejections"][H100] == (
+        "none of its nodes allocates both the 100 CPU cores and 500,000 MiB a pod asks"
+    )
+    assert reason.hint == (
+        "node h1 (h100-80gb) allocates 190 CPU cores and 100,000 MiB memory: ask for at most "
+        "that per pod"
+    )
+
+
+def test_a_node_that_does_not_say_its_size_holds_any_pod() -> None:
+    job = pending(10, "vision", cpu_millicores=1_000_000, memory_mib=10_000_000)
+    result = plan(snapshot(nodes=[node("h1")], teams=[team("vision", {H100: 8})], pending=[job]))
+    assert [a.job_id for a in result.admissions] == [10]
