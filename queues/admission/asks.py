@@ -15,7 +15,14 @@ from typing import Any
 
 from queues.admission.capability import CapabilityRequest, resolve_capability
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
-from queues.admission.snapshot import PendingJob, Queue, SharingMode, Snapshot, TopologyScope
+from queues.admission.snapshot import (
+    Node,
+    PendingJob,
+    Queue,
+    SharingMode,
+    Snapshot,
+    TopologyScope,
+)
 from queues.admission.state import EXCLUSIVE, MIG, TIME_SLICED, Pool, Shape, State
 
 
@@ -202,6 +209,7 @@ def _resolve(
     classes: list[str] = []
     rejected: dict[str, str] = {}
     too_small_classes: list[str] = []
+    excluded: dict[str, frozenset[int]] = {}
     for name in resolution.matches:
         if allowed is not None and name not in allowed:
             rejected[name] = f"queue {queue.name} does not allow it"
@@ -214,11 +222,14 @@ def _resolve(
             rejected[name] = _no_nodes(mode, profile)
             continue
         if job.cpu_millicores or job.memory_mib:
-            too_small = _nodes_too_small(state, state.pools[(name, mode, profile)], job)
-            if too_small:
-                rejected[name] = too_small
+            pool = state.pools[(name, mode, profile)]
+            small = _small_nodes(state, pool, job)
+            if len(small) == len(pool.nodes):
+                rejected[name] = _too_small_text(state, pool, job)
                 too_small_classes.append(name)
                 continue
+            if small:
+                excluded[name] = small
         classes.append(name)
     for name in state.classes:
         if name not in resolution.matches:
@@ -249,7 +260,14 @@ def _resolve(
             per_pod = Fraction(job.gpus_per_pod)
         demand[name] = state.eq_units(per_pod * job.pods)
         topology = queue.required_topology if job.pods > 1 else TopologyScope.NONE
-        shapes[name] = Shape(job.pods, job.gpus_per_pod, hbm, topology, tolerations)
+        shapes[name] = Shape(
+            job.pods,
+            job.gpus_per_pod,
+            hbm,
+            topology,
+            tolerations,
+            excluded.get(name, frozenset()),
+        )
     if (
         not classes
         and not too_small_classes
@@ -284,24 +302,37 @@ def _resolve(
             "rejections": {name: why for name, why in sorted(rejected.items())},
         }
         if too_small_classes:
-            hint = _smaller_pod_hint(state, too_small_classes, mode, profile, job)
+            candidates = [
+                (state.nodes[i], name)
+                for name in too_small_classes
+                for i in state.pools[(name, mode, profile)].nodes
+            ]
+            hint = smaller_pod_hint(candidates, job)
         else:
             hint = _no_match_hint(state, queue, capability, job)
         return mode, profile, (), {}, {}, (_no_match(message, details, hint),)
     return mode, profile, tuple(classes), demand, shapes, ()
 
 
-def _nodes_too_small(state: State, pool: Pool, job: PendingJob) -> str:
-    """Why no node of ``pool`` could hold one of ``job``'s pods (CPU and memory allocatable,
-    unknown sizes fit anything), or "" when one could."""
+def holds_pod(node: Node, job: PendingJob) -> bool:
+    """Whether ``node`` allocates the CPU and memory one of ``job``'s pods asks (a size the node
+    does not report holds anything)."""
+    return (not node.cpu_millicores or node.cpu_millicores >= job.cpu_millicores) and (
+        not node.memory_mib or node.memory_mib >= job.memory_mib
+    )
+
+
+def _small_nodes(state: State, pool: Pool, job: PendingJob) -> frozenset[int]:
+    """Local indices of ``pool``'s nodes too small for one of ``job``'s pods."""
+    return frozenset(
+        local for local, i in enumerate(pool.nodes) if not holds_pod(state.nodes[i], job)
+    )
+
+
+def _too_small_text(state: State, pool: Pool, job: PendingJob) -> str:
+    """Why no node of ``pool`` could hold one of ``job``'s pods."""
     nodes = [state.nodes[i] for i in pool.nodes]
     cpu, memory = job.cpu_millicores, job.memory_mib
-    if any(
-        (not n.cpu_millicores or n.cpu_millicores >= cpu)
-        and (not n.memory_mib or n.memory_mib >= memory)
-        for n in nodes
-    ):
-        return ""
     cores = f"{cpu / 1000:g} CPU cores"
     most_cpu = max(n.cpu_millicores for n in nodes)
     most_memory = max(n.memory_mib for n in nodes)
@@ -312,13 +343,9 @@ def _nodes_too_small(state: State, pool: Pool, job: PendingJob) -> str:
     return f"none of its nodes allocates both the {cores} and {memory:,} MiB a pod asks"
 
 
-def _smaller_pod_hint(
-    state: State, classes: list[str], mode: str, profile: str | None, job: PendingJob
-) -> str:
-    """The node a pod would fit with the least cut in CPU or memory, and what it allocates."""
-    candidates = [
-        (state.nodes[i], name) for name in classes for i in state.pools[(name, mode, profile)].nodes
-    ]
+def smaller_pod_hint(candidates: list[tuple[Node, str]], job: PendingJob) -> str:
+    """Of ``(node, its GPU class)`` candidates, the one a pod would fit with the least cut in CPU
+    or memory, and what it allocates."""
     best, gpu_class = max(
         candidates,
         key=lambda c: min(

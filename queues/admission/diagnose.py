@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from queues.admission.asks import Ask
+from queues.admission.asks import Ask, smaller_pod_hint
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     CapacityKind,
@@ -773,6 +773,32 @@ def _shape_causes(state: State, ask: Ask, gpu_class: str, pool: Pool) -> list[Pe
     return causes
 
 
+def _small_nodes_cause(
+    state: State, ask: Ask, gpu_class: str, pool: Pool, free_nodes: list[tuple[int, int]]
+) -> PendingReason:
+    """The free devices would take the job, but they are on nodes too small for its pods' CPU
+    or memory."""
+    shape = ask.shapes[gpu_class]
+    job = ask.job
+    small = [local for local, _ in free_nodes if local in shape.excluded]
+    names = [state.nodes[pool.nodes[local]].name for local in small]
+    pods = "1 pod" if shape.pods == 1 else f"{shape.pods} pods"
+    message = (
+        f"needs {pods} × {shape.devices} {UNIT_WORDS[ask.mode]}s on nodes that allocate "
+        f"{job.cpu_millicores / 1000:g} CPU cores and {job.memory_mib:,} MiB per pod; "
+        f"free {gpu_class} {UNIT_WORDS[ask.mode]}s are on nodes too small for that "
+        f"({', '.join(names)})"
+    )
+    details = {
+        "gpu_class": gpu_class,
+        "cpu_millicores_per_pod": job.cpu_millicores,
+        "memory_mib_per_pod": job.memory_mib,
+        "too_small_nodes": names,
+    }
+    hint = smaller_pod_hint([(state.nodes[pool.nodes[local]], gpu_class) for local in small], job)
+    return PendingReason(ReasonCode.INSUFFICIENT_CAPACITY, message, details, hint)
+
+
 def _shape_cause(state: State, ask: Ask, gpu_class: str, pool: Pool) -> PendingReason:
     """Enough is free in total on open nodes, but not in a shape the job can use."""
     shape = ask.shapes[gpu_class]
@@ -786,6 +812,8 @@ def _shape_cause(state: State, ask: Ask, gpu_class: str, pool: Pool) -> PendingR
     largest = max((free for _, free in free_nodes), default=0)
     total = sum(free for _, free in free_nodes)
     unit = UNIT_WORDS[ask.mode]
+    if shape.excluded and place(pool, replace(shape, excluded=frozenset())) is not None:
+        return _small_nodes_cause(state, ask, gpu_class, pool, free_nodes)
     if ask.mode == TIME_SLICED and shape.hbm and place(pool, replace(shape, hbm=0)) is not None:
         most = max((pool.hbm_free[local] for local, _ in free_nodes), default=0)
         message = (

@@ -329,6 +329,11 @@ def _never_starts(state: State, ask: Ask) -> str:
                     f"fits only {gpu_class} nodes with taints queue {ask.queue.name} "
                     "does not tolerate"
                 )
+            elif shape.excluded and _fits_empty(state, pool, replace(shape, excluded=frozenset())):
+                why = why or (
+                    f"fits the {gpu_class} nodes only with less CPU or memory per pod "
+                    "(some are too small for its pods)"
+                )
             else:
                 why = why or f"does not fit the {gpu_class} nodes even when they are empty"
             continue

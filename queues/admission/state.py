@@ -147,13 +147,15 @@ class Alloc:
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What a job needs from one pool: ``pods`` × ``devices`` (+ ``hbm`` GB per time-sliced pod)
-    placed within one ``topology`` domain when required, on nodes whose taints it tolerates."""
+    placed within one ``topology`` domain when required, on nodes whose taints it tolerates and
+    not on ``excluded`` ones (local indices: nodes too small for a pod's CPU or memory)."""
 
     pods: int
     devices: int
     hbm: int
     topology: TopologyScope
     tolerations: frozenset[str]
+    excluded: frozenset[int] = frozenset()
 
 
 Placement = list[tuple[int, int]]  # (local node, pods on it)
@@ -581,10 +583,12 @@ def place(
     """
     own = free is None and eligible is None
     view: Sequence[int] = pool.free if free is None else free
+    excluded = shape.excluded
     if (
         shape.pods == 1
         and own
         and not pool.tainted
+        and not excluded
         and (pool.mode != TIME_SLICED or shape.hbm == 0)
     ):
         for count in range(shape.devices, len(pool.by_free)):
@@ -598,6 +602,8 @@ def place(
         if not ok or view[local] < shape.devices:
             continue
         if pool.tainted and not tolerates(pool, local, shape.tolerations):
+            continue
+        if excluded and local in excluded:
             continue
         fit = pods_fit(pool, local, shape, view)
         if fit > 0:

@@ -10,6 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from queues.cluster.adapter import Cluster
+from queues.cluster.sim.kubelet import DURATION_ANNOTATION
 from queues.models import CapabilityClass, Job, JobState, Node, Queue, Team, UsageInterval
 from queues.reconcile import reconcile_cycle
 from tests.factories import JobFactory
@@ -551,24 +552,64 @@ def test_a_pod_too_big_for_the_cheaper_classs_nodes_runs_on_a_class_that_can_hol
     assert (big.gpu_class.name, big.state) == ("h100-80gb", JobState.RUNNING)
 
 
-@pytest.fixture
-def cpu_starved(sim_cluster_factory, example_policy):
-    """Two A100 nodes; a100-b has too little CPU for big pods, which the portal does not model:
-    only the cluster's scheduler can tell."""
+def a100_pair(sim_cluster_factory, b_cpu: str = "64"):
     from queues.models import Quota
 
     Quota.objects.filter(team__name="vision", gpu_class__name="a100-80gb").update(nominal=16)
-    small = gpu_group("a100", "NVIDIA-A100-SXM4-80GB", 8, ["a100-a"])
-    starved = gpu_group("a100-small", "NVIDIA-A100-SXM4-80GB", 8, ["a100-b"])
-    starved["allocatable"]["cpu"] = "16"
-    sim = sim_cluster_factory(nodes=small_cluster(small, starved))
+    a = gpu_group("a100", "NVIDIA-A100-SXM4-80GB", 8, ["a100-a"])
+    b = gpu_group("a100-b", "NVIDIA-A100-SXM4-80GB", 8, ["a100-b"])
+    b["allocatable"]["cpu"] = b_cpu
+    return sim_cluster_factory(nodes=small_cluster(a, b))
+
+
+@pytest.fixture
+def cpu_starved(sim_cluster_factory, example_policy):
+    """Two A100 nodes of 64 cores; someone else's CPU-only pod holds 40 cores of a100-b. The
+    portal counts GPUs, not the CPU other pods use: only the cluster's scheduler can tell."""
+    sim = a100_pair(sim_cluster_factory)
+    core = sim.core()
+    core.create_namespace({"metadata": {"name": "etl"}})
+    core.create_namespaced_pod(
+        "etl",
+        {
+            "metadata": {"name": "etl-1", "annotations": {DURATION_ANNOTATION: "inf"}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "a100-b"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "etl", "image": "etl:1", "resources": {"limits": {"cpu": "40"}}}
+                ],
+            },
+        },
+    )
     adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
     yield sim, adapter
     adapter.close()
 
 
+def test_a_gang_is_not_admitted_onto_a_node_too_small_for_its_pods(
+    sim_cluster_factory, example_policy, mia
+):
+    sim = a100_pair(sim_cluster_factory, b_cpu="16")  # a100-b allocates 16 cores
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    try:
+        job = stuck_gang(mia)
+        reconcile_cycle(cluster=adapter, now=sim.now())
+    finally:
+        adapter.close()
+
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    reason = next(r for r in job.pending_reasons if r["code"] == "InsufficientCapacity")
+    assert reason["message"] == (
+        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; "
+        "free a100-80gb GPUs are on nodes too small for that (a100-b)"
+    )
+
+
 def stuck_gang(mia) -> Job:
-    """Two pods of 8 GPUs and 32 cores: one lands on a100-a, the other cannot start on a100-b."""
+    """Two pods of 8 GPUs and 32 cores: one for a100-a, one for a100-b."""
     return submit(
         mia,
         queue="training",
@@ -669,7 +710,7 @@ def test_a_job_that_starts_after_roll_backs_is_backed_off_no_more(cpu_starved, m
     sim, adapter = cpu_starved
     job = stuck_gang(mia)
     Job.objects.filter(pk=job.pk).update(rollbacks=3, not_before=sim.now())
-    # Now it asks for what a100-b has: both pods start.
+    # Now it asks for what a100-b has left: both pods start.
     Job.objects.filter(pk=job.pk).update(cpu_millicores_per_pod=8_000)
     reconcile_cycle(cluster=adapter, now=sim.now())
     sim.advance(5)

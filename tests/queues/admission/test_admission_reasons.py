@@ -683,3 +683,37 @@ def test_a_node_that_does_not_say_its_size_holds_any_pod() -> None:
     job = pending(10, "vision", cpu_millicores=1_000_000, memory_mib=10_000_000)
     result = plan(snapshot(nodes=[node("h1")], teams=[team("vision", {H100: 8})], pending=[job]))
     assert [a.job_id for a in result.admissions] == [10]
+
+
+def test_a_pod_skips_the_nodes_of_its_class_too_small_for_it() -> None:
+    nodes = [
+        node("h-big", cpu_millicores=190_000, memory_mib=1_945_600),
+        node("h-small", cpu_millicores=16_000, memory_mib=1_945_600),
+    ]
+    teams = [team("vision", {H100: 16})]
+    busy = [running(1, "vision", "h-big", 4)]  # best fit alone would pick h-big's 4 free GPUs
+    job = pending(10, "vision", gpus=4, cpu_millicores=32_000)
+
+    result = plan(snapshot(nodes=nodes, teams=teams, running=busy, pending=[job]))
+    assert [(a.job_id, a.nodes) for a in result.admissions] == [(10, ("h-big",))]
+
+    # A gang of two 8-GPU pods of 32 cores each: h-small has the GPUs, not the cores.
+    gang = pending(11, "vision", gpus=8, pods=2, cpu_millicores=32_000, memory_mib=4096)
+    result = plan(snapshot(nodes=nodes, teams=teams, pending=[gang]))
+    [reason] = reasons_of(result, 11)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == (
+        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; "
+        "free h100-80gb GPUs are on nodes too small for that (h-small)"
+    )
+    assert reason.details["too_small_nodes"] == ["h-small"]
+    assert reason.hint == (
+        "node h-small (h100-80gb) allocates 16 CPU cores and 1,945,600 MiB memory: "
+        "ask for at most that per pod"
+    )
+    estimate = result.status(11).estimated_start  # type: ignore[union-attr]
+    assert estimate.at is None
+    assert estimate.why_unknown == (
+        "fits the h100-80gb nodes only with less CPU or memory per pod "
+        "(some are too small for its pods)"
+    )
