@@ -314,19 +314,22 @@ def _resolve(
     return mode, profile, tuple(classes), demand, shapes, ()
 
 
-def holds_pod(node: Node, job: PendingJob) -> bool:
-    """Whether ``node`` allocates the CPU and memory one of ``job``'s pods asks (a size the node
-    does not report holds anything)."""
-    return (not node.cpu_millicores or node.cpu_millicores >= job.cpu_millicores) and (
-        not node.memory_mib or node.memory_mib >= job.memory_mib
-    )
-
-
 def _small_nodes(state: State, pool: Pool, job: PendingJob) -> frozenset[int]:
-    """Local indices of ``pool``'s nodes too small for one of ``job``'s pods."""
-    return frozenset(
-        local for local, i in enumerate(pool.nodes) if not holds_pod(state.nodes[i], job)
-    )
+    """Local indices of ``pool``'s nodes too small for one of ``job``'s pods. Nodes come in a
+    few sizes, so the pool is grouped by size once and each size checked once."""
+    key = ("node sizes", pool.gpu_class, pool.mode, pool.profile)
+    grouped = state.memo.get(key)
+    if not isinstance(grouped, dict):
+        grouped = {}
+        for local, i in enumerate(pool.nodes):
+            node = state.nodes[i]
+            grouped.setdefault((node.cpu_millicores, node.memory_mib), set()).add(local)
+        state.memo[key] = grouped
+    small: set[int] = set()
+    for (cpu, memory), locals_ in grouped.items():
+        if (cpu and cpu < job.cpu_millicores) or (memory and memory < job.memory_mib):
+            small |= locals_
+    return frozenset(small)
 
 
 def _too_small_text(state: State, pool: Pool, job: PendingJob) -> str:
