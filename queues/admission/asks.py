@@ -151,7 +151,7 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
             )
         mode, profile, classes, demand, shapes, static = resolved[rkey]
         if not static and job.not_before is not None and held_back(job, snapshot.now):
-            static = (held_back_reason(snapshot.now, job, job.not_before),)
+            static = (held_back_reason(job, job.not_before),)
         asks.append(
             Ask(
                 job=job,
@@ -377,7 +377,7 @@ def held_back(job: PendingJob, now: datetime) -> bool:
     return job.not_before is not None and job.not_before > now
 
 
-def held_back_reason(now: datetime, job: PendingJob, until: datetime) -> PendingReason:
+def held_back_reason(job: PendingJob, until: datetime) -> PendingReason:
     """Why a job the cluster could not start is not planned before ``until``."""
     times = "once" if job.rollbacks == 1 else f"{job.rollbacks} times in a row"
     said = f"; the scheduler said: {job.unschedulable}" if job.unschedulable else ""
@@ -388,7 +388,7 @@ def held_back_reason(now: datetime, job: PendingJob, until: datetime) -> Pending
     return PendingReason(
         ReasonCode.CLUSTER_UNSCHEDULABLE,
         f"rolled back {times}: the cluster could not start it{said}; "
-        f"the portal tries again at {time_text(now, shown)}",
+        f"the portal tries again at {time_text(shown)}",
         {
             "scheduler_message": job.unschedulable,
             "rollbacks": job.rollbacks,

@@ -170,7 +170,7 @@ def _quota_hint(state: State, ask: Ask, gpu_class: str) -> str:
         if total + demand <= cap and (can_borrow or held + demand <= nominal):
             return (
                 f"your team's {gpu_class} quota frees up when job {job_id} ends, "
-                f"at the latest {time_text(state.now, end)}"
+                f"at the latest {time_text(end)}"
             )
     return ""
 
@@ -228,10 +228,7 @@ def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
         hint = ""
         if ends:
             end, job_id = ends[0]
-            hint = (
-                f"reserved GPUs free up when job {job_id} ends, "
-                f"at the latest {time_text(state.now, end)}"
-            )
+            hint = f"reserved GPUs free up when job {job_id} ends, at the latest {time_text(end)}"
         return PendingReason(ReasonCode.QUOTA_EXCEEDED, message, details, hint)
     upcoming = sorted(
         (state.reservations[rid].start, rid)
@@ -241,10 +238,8 @@ def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     if upcoming:
         start, rid = upcoming[0]
         assert start is not None
-        message = (
-            f"team {team}'s reservation {rid} ({gpu_class}) starts {time_text(state.now, start)}"
-        )
-        hint = f"the job can start when reservation {rid} opens at {time_text(state.now, start)}"
+        message = f"team {team}'s reservation {rid} ({gpu_class}) starts {time_text(start)}"
+        hint = f"the job can start when reservation {rid} opens at {time_text(start)}"
         details = {**base, "reservation_id": rid, "starts_at": start.isoformat()}
         return PendingReason(ReasonCode.RESERVATION_WINDOW, message, details, hint)
     rid = rids[-1]
@@ -419,7 +414,7 @@ def _reserved_cause(
         if ends:
             end, rid = ends[0]
             assert end is not None
-            hint = f"reservation {rid} ends at {time_text(state.now, end)}"
+            hint = f"reservation {rid} ends at {time_text(end)}"
     return PendingReason(ReasonCode.RESERVED_CAPACITY, message, details, hint)
 
 
@@ -494,7 +489,7 @@ def _shortage_causes(
             if backs:
                 when, name = backs[0]
                 assert when is not None
-                hint = f"{name} is expected back at {time_text(state.now, when)}"
+                hint = f"{name} is expected back at {time_text(when)}"
         reason = PendingReason(code, message, details, hint)
         if devices >= short_devices and eq >= short_eq:
             causes.append(reason)
@@ -518,7 +513,7 @@ def _node_note(state: State, index: int) -> str:
         return node.health_reason or "unhealthy"
     note = node.maintenance_reason or node.maintenance.value
     if node.maintenance_until is not None:
-        note += f", back {time_text(state.now, node.maintenance_until)}"
+        note += f", back {time_text(node.maintenance_until)}"
     return note
 
 
@@ -755,7 +750,7 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
         if freed >= short:
             return (
                 f"{plural(short, 'more ' + UNIT_WORDS[ask.mode])} free up by "
-                f"{time_text(state.now, end)} "
+                f"{time_text(end)} "
                 "as running jobs reach their runtime limits"
             )
     return ""

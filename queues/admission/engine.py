@@ -213,7 +213,7 @@ def _user_hint(state: State, key: tuple[str, str]) -> str:
     if not ends:
         return ""
     end, job_id = ends[0]
-    return f"your job {job_id} ends at the latest {time_text(state.now, end)}"
+    return f"your job {job_id} ends at the latest {time_text(end)}"
 
 
 def _fit_any(run: Pass, ask: Ask) -> Fit | None:
@@ -378,7 +378,7 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
             note = (
                 f"preempting job{'s' if len(victims) > 1 else ''} {names} "
                 f"(grace {int(grace.total_seconds() // 60)} min); "
-                f"starts by {time_text(state.now, start)}"
+                f"starts by {time_text(start)}"
             )
             first = outcome.reasons[0]
             outcome.reasons[0] = PendingReason(first.code, first.message, first.details, note)
@@ -594,7 +594,7 @@ def _priority_reason(
         details["held_for_job"] = outcome.backfill_blocked_by
     hint = ""
     if estimate.at is not None:
-        hint = f"estimated start {time_text(state.now, estimate.at)}"
+        hint = f"estimated start {time_text(estimate.at)}"
     return PendingReason(ReasonCode.PRIORITY, message, details, hint)
 
 
@@ -602,7 +602,7 @@ def _unreachable_reason(snapshot: Snapshot) -> PendingReason | None:
     since = snapshot.cluster_unreachable_since
     if since is None:
         return None
-    message = f"the portal cannot reach the cluster since {time_text(snapshot.now, since)}"
+    message = f"the portal cannot reach the cluster since {time_text(since)}"
     details = {"since": since.isoformat()}
     return PendingReason(
         ReasonCode.CLUSTER_UNREACHABLE,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -52,8 +52,8 @@ class PendingReason:
         }
 
 
-def time_text(now: datetime, when: datetime) -> str:
-    """``14:30 UTC`` today, else ``2025-03-04 14:30 UTC``."""
-    if when.date() == now.date():
-        return when.strftime("%H:%M UTC")
-    return when.strftime("%Y-%m-%d %H:%M UTC")
+def time_text(when: datetime) -> str:
+    """``2025-03-04 14:30 UTC``: always with the date, since a reason is read later and
+    elsewhere than it was written (pages show it in the viewer's time zone, see the ``times``
+    template filter)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -166,6 +166,42 @@ def test_a_job_page_shows_reasons_hints_and_the_timeline(mia):
     assert 'hx-trigger="every 3s"' in html  # it refreshes itself while the job is live
 
 
+def test_times_inside_reasons_and_the_timeline_are_shown_in_the_viewers_zone(mia):
+    from queues.models import JobEvent
+
+    job = submit(mia)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reasons=[
+            {
+                "code": "Maintenance",
+                "message": "1 of 3 nodes is in maintenance (n2: <ECC>, back 2026-12-03 14:00 UTC)",
+                "details": {},
+                "hint": "n2 is expected back at 2026-12-03 14:00 UTC",
+            }
+        ]
+    )
+    JobEvent.objects.create(
+        job=job,
+        at=job.submitted_at,
+        kind="requeued",
+        message="pods gone; not admitted before 2026-12-03T08:01:30+00:00",
+    )
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    # Marked up as <time> (localtime.js shows it in the viewer's zone; UTC stays on hover),
+    # and the rest of the text still escaped.
+    assert (
+        "(n2: &lt;ECC&gt;, back "
+        '<time datetime="2026-12-03T14:00:00Z">2026-12-03 14:00 UTC</time>)' in html
+    )
+    assert 'back at <time datetime="2026-12-03T14:00:00Z">2026-12-03 14:00 UTC</time>' in html
+    assert (
+        'not admitted before <time datetime="2026-12-03T08:01:30Z">'
+        "2026-12-03T08:01:30+00:00</time>" in html
+    )
+
+
 def test_the_live_part_is_a_small_partial(mia):
     job = submit(mia)
 

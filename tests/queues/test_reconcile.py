@@ -667,7 +667,7 @@ def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(
     retry = datetime.fromtimestamp(math.ceil(job.not_before.timestamp() / 60) * 60, UTC)
     assert job.pending_reasons[0]["message"] == (
         f"rolled back once: the cluster could not start it; the scheduler said: "
-        f"{said}; the portal tries again at {time_text(requeued_at, retry)}"
+        f"{said}; the portal tries again at {time_text(retry)}"
     )
     assert job.pending_reasons[0]["details"]["rollbacks"] == 1
 

@@ -77,7 +77,7 @@ def test_the_second_job_sees_the_quota_and_the_borrowing_used_up_with_true_numbe
         "queue_may_borrow": True,
     }
     assert reason.hint == (
-        "your team's a100-80gb quota frees up when job 1 ends, at the latest 15:00 UTC"
+        "your team's a100-80gb quota frees up when job 1 ends, at the latest 2025-03-03 15:00 UTC"
     )
 
 
@@ -96,7 +96,7 @@ def test_a_queue_that_may_not_borrow_sees_the_same_split_and_when_it_frees() -> 
     )
     assert (reason.details["nominal_in_use"], reason.details["borrowed_in_use"]) == (4, 4)
     assert reason.hint == (
-        "your team's a100-80gb quota frees up when job 1 ends, at the latest 15:00 UTC"
+        "your team's a100-80gb quota frees up when job 1 ends, at the latest 2025-03-03 15:00 UTC"
     )
 
 
@@ -128,7 +128,7 @@ def test_use_beyond_a_lowered_quota_is_shown_apart_never_as_in_use_above_the_lim
     assert reason.details["borrowed_in_use"] == 2
     assert reason.details["above_quota_in_use"] == 4
     assert reason.hint == (
-        "your team's a100-80gb quota frees up when job 1 ends, at the latest 15:00 UTC"
+        "your team's a100-80gb quota frees up when job 1 ends, at the latest 2025-03-03 15:00 UTC"
     )
 
 

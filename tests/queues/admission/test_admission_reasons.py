@@ -91,7 +91,7 @@ def test_mig_profile_unavailable_counts_free_slices() -> None:
     assert reason.details["requested_gpu_eq"] == 0.1429
     assert (
         reason.hint
-        == "1 more slice free up by 15:00 UTC as running jobs reach their runtime limits"
+        == "1 more slice free up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
     )
 
 
@@ -124,7 +124,7 @@ def test_quota_exceeded_names_quota_and_borrowing_in_use() -> None:
     }
     assert (
         quota.hint
-        == "your team's h100-80gb quota frees up when job 1 ends, at the latest 15:00 UTC"
+        == "your team's h100-80gb quota frees up when job 1 ends, at the latest 2025-03-03 15:00 UTC"
     )
     assert capacity.code is ReasonCode.INSUFFICIENT_CAPACITY
 
@@ -148,7 +148,7 @@ def test_user_limit_counts_running_jobs_and_says_when_one_ends() -> None:
         "running_jobs": 1,
         "max_running_jobs": 1,
     }
-    assert reason.hint == "your job 1 ends at the latest 15:00 UTC"
+    assert reason.hint == "your job 1 ends at the latest 2025-03-03 15:00 UTC"
 
 
 def test_insufficient_capacity_counts_gpus_used_outside_the_portal() -> None:
@@ -167,7 +167,8 @@ def test_insufficient_capacity_counts_gpus_used_outside_the_portal() -> None:
     assert reason.details["outside_gpu_eq"] == 1
     assert reason.details["capacity_gpu_eq"] == 4
     assert (
-        reason.hint == "1 more GPU free up by 15:00 UTC as running jobs reach their runtime limits"
+        reason.hint
+        == "1 more GPU free up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
     )
     assert result.status(10).estimated_start.at == NOW + timedelta(hours=3)  # type: ignore[union-attr]
 
@@ -256,10 +257,10 @@ def test_maintenance_binds_when_drained_nodes_hold_the_missing_gpus() -> None:
     maintenance, unhealthy, capacity = reasons_of(result, 10)
     assert maintenance.code is ReasonCode.MAINTENANCE
     assert maintenance.message == (
-        "1 of the 3 matching nodes is in maintenance (n2: ECC errors, back 14:00 UTC); "
+        "1 of the 3 matching nodes is in maintenance (n2: ECC errors, back 2025-03-03 14:00 UTC); "
         "they hold 8 free GPUs"
     )
-    assert maintenance.hint == "n2 is expected back at 14:00 UTC"
+    assert maintenance.hint == "n2 is expected back at 2025-03-03 14:00 UTC"
     assert unhealthy.code is ReasonCode.UNHEALTHY
     assert capacity.code is ReasonCode.INSUFFICIENT_CAPACITY
     assert result.status(10).estimated_start.at == NOW + timedelta(hours=2)  # type: ignore[union-attr]
@@ -310,7 +311,7 @@ def test_priority_binds_when_backfill_would_delay_the_job_ahead() -> None:
         "queue_length": 2,
         "held_for_job": 10,
     }
-    assert reason.hint == "estimated start 21:00 UTC"
+    assert reason.hint == "estimated start 2025-03-03 21:00 UTC"
     assert result.status(10).estimated_start.at == NOW + timedelta(hours=1)  # type: ignore[union-attr]
 
 
@@ -334,9 +335,9 @@ def test_reservation_window_says_when_the_reservation_opens() -> None:
     )
     [reason] = reasons_of(result, 10)
     assert reason.code is ReasonCode.RESERVATION_WINDOW
-    assert reason.message == "team serving's reservation 5 (h100-80gb) starts 14:00 UTC"
+    assert reason.message == "team serving's reservation 5 (h100-80gb) starts 2025-03-03 14:00 UTC"
     assert reason.details["starts_at"] == "2025-03-03T14:00:00+00:00"
-    assert reason.hint == "the job can start when reservation 5 opens at 14:00 UTC"
+    assert reason.hint == "the job can start when reservation 5 opens at 2025-03-03 14:00 UTC"
     assert result.status(10).estimated_start.at == NOW + timedelta(hours=2)  # type: ignore[union-attr]
 
 
@@ -368,7 +369,7 @@ def test_cluster_unreachable_binds_first_and_admits_nothing() -> None:
     assert result.admissions == ()
     [reason] = reasons_of(result, 10)
     assert reason.code is ReasonCode.CLUSTER_UNREACHABLE
-    assert reason.message == "the portal cannot reach the cluster since 11:53 UTC"
+    assert reason.message == "the portal cannot reach the cluster since 2025-03-03 11:53 UTC"
     assert reason.details == {"since": "2025-03-03T11:53:00+00:00"}
     assert [r.code for r in reasons_of(result, 11)][:2] == [
         ReasonCode.CLUSTER_UNREACHABLE,
@@ -552,7 +553,7 @@ def test_a_drained_node_the_queue_could_never_use_is_not_blamed() -> None:
         snapshot(**cluster, queues=wildcard, nodes=[node("n1"), node("n2", taints=PERF, **drained)])
     )
     assert reasons_of(tolerated, 10)[0].message == (
-        "1 of the 2 matching nodes is in maintenance (n2: kernel upgrade, back 14:00 UTC); "
+        "1 of the 2 matching nodes is in maintenance (n2: kernel upgrade, back 2025-03-03 14:00 UTC); "
         "they hold 8 free GPUs"
     )
 
@@ -597,7 +598,7 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
     assert reason.code is ReasonCode.CLUSTER_UNSCHEDULABLE
     assert reason.message == (
         f"rolled back 2 times in a row: the cluster could not start it; the scheduler "
-        f"said: {said}; the portal tries again at 12:02 UTC"
+        f"said: {said}; the portal tries again at 2025-03-03 12:02 UTC"
     )
     assert reason.details == {
         "scheduler_message": said,
@@ -618,7 +619,7 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
         plan(snapshot(nodes=[node("n1")], teams=[team("vision", {H100: 16})], pending=[half])), 10
     )
     assert reason.message == (
-        "rolled back once: the cluster could not start it; the portal tries again at 12:02 UTC"
+        "rolled back once: the cluster could not start it; the portal tries again at 2025-03-03 12:02 UTC"
     )
 
     later = plan(

@@ -142,7 +142,7 @@ def test_an_inference_reservation_reclaims_its_gpus_from_borrowing_batch_work() 
     status = result.status(10)
     assert status is not None and status.preempting == (1,)
     assert status.estimated_start.at == NOW + timedelta(minutes=5)
-    assert status.binding.hint == "preempting job 1 (grace 5 min); starts by 12:05 UTC"
+    assert status.binding.hint == "preempting job 1 (grace 5 min); starts by 2025-03-03 12:05 UTC"
 
     # After the grace period the batch job is requeued and inference runs on its reservation.
     later = NOW + timedelta(minutes=5)
