@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The whole product on the embedded default: SQLite, a server-less broker under var/, the
 # simulated cluster (a demo hour passes in a minute), a Celery worker with beat, the web server.
+# Each run starts from fresh demo data: the simulated cluster keeps nothing between runs, so
+# jobs a previous run left on it would only end "deleted outside the portal". (A DATABASE_URL
+# of your own is never touched.)
 demo: export DEBUG ?= true
 demo: $(STAMP)
+	@if [ -z "$$DATABASE_URL" ]; then rm -f var/portal.sqlite3 var/portal.sqlite3-wal var/portal.sqlite3-shm; fi
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py apply_policy examples/policy.yaml
 	$(PY) manage.py seed_demo --jobs
