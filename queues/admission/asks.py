@@ -209,7 +209,7 @@ def _resolve(
     classes: list[str] = []
     rejected: dict[str, str] = {}
     too_small_classes: list[str] = []
-    excluded: dict[str, frozenset[int]] = {}
+    pod_limits: dict[str, tuple[int, ...]] = {}
     for name in resolution.matches:
         if allowed is not None and name not in allowed:
             rejected[name] = f"queue {queue.name} does not allow it"
@@ -223,13 +223,13 @@ def _resolve(
             continue
         if job.cpu_millicores or job.memory_mib:
             pool = state.pools[(name, mode, profile)]
-            small = _small_nodes(state, pool, job)
-            if len(small) == len(pool.nodes):
+            limits = _pod_limits(state, pool, job)
+            if limits and not any(limits):
                 rejected[name] = _too_small_text(state, pool, job)
                 too_small_classes.append(name)
                 continue
-            if small:
-                excluded[name] = small
+            if limits:
+                pod_limits[name] = limits
         classes.append(name)
     for name in state.classes:
         if name not in resolution.matches:
@@ -266,7 +266,8 @@ def _resolve(
             hbm,
             topology,
             tolerations,
-            excluded.get(name, frozenset()),
+            frozenset(i for i, n in enumerate(pod_limits.get(name, ())) if n == 0),
+            pod_limits.get(name, ()),
         )
     if (
         not classes
@@ -314,22 +315,41 @@ def _resolve(
     return mode, profile, tuple(classes), demand, shapes, ()
 
 
-def _small_nodes(state: State, pool: Pool, job: PendingJob) -> frozenset[int]:
-    """Local indices of ``pool``'s nodes too small for one of ``job``'s pods. Nodes come in a
-    few sizes, so the pool is grouped by size once and each size checked once."""
+def shape_on(state: State, shape: Shape, pool: Pool, job: PendingJob) -> Shape:
+    """``shape`` (of the job on another pool) with the size limits of ``pool``'s nodes."""
+    limits = _pod_limits(state, pool, job) if job.cpu_millicores or job.memory_mib else ()
+    excluded = frozenset(local for local, most in enumerate(limits) if most == 0)
+    return replace(shape, excluded=excluded, pod_limits=limits)
+
+
+def _pod_limits(state: State, pool: Pool, job: PendingJob) -> tuple[int, ...]:
+    """How many of ``job``'s pods each local node of ``pool`` holds by its allocatable CPU and
+    memory (a size a node does not report is no limit), capped at the job's pods; empty when no
+    node limits it. Nodes come in a few sizes: the pool is grouped by size once per plan."""
     key = ("node sizes", pool.gpu_class, pool.mode, pool.profile)
     grouped = state.memo.get(key)
     if not isinstance(grouped, dict):
         grouped = {}
         for local, i in enumerate(pool.nodes):
             node = state.nodes[i]
-            grouped.setdefault((node.cpu_millicores, node.memory_mib), set()).add(local)
+            grouped.setdefault((node.cpu_millicores, node.memory_mib), []).append(local)
         state.memo[key] = grouped
-    small: set[int] = set()
+    limited: list[tuple[int, list[int]]] = []
     for (cpu, memory), locals_ in grouped.items():
-        if (cpu and cpu < job.cpu_millicores) or (memory and memory < job.memory_mib):
-            small |= locals_
-    return frozenset(small)
+        most = job.pods
+        if cpu and job.cpu_millicores:
+            most = min(most, cpu // job.cpu_millicores)
+        if memory and job.memory_mib:
+            most = min(most, memory // job.memory_mib)
+        if most < job.pods:
+            limited.append((most, locals_))
+    if not limited:
+        return ()
+    limits = [job.pods] * len(pool.nodes)
+    for most, locals_ in limited:
+        for local in locals_:
+            limits[local] = most
+    return tuple(limits)
 
 
 def _too_small_text(state: State, pool: Pool, job: PendingJob) -> str:
@@ -348,18 +368,27 @@ def _too_small_text(state: State, pool: Pool, job: PendingJob) -> str:
 
 def smaller_pod_hint(candidates: list[tuple[Node, str]], job: PendingJob) -> str:
     """Of ``(node, its GPU class)`` candidates, the one a pod would fit with the least cut in CPU
-    or memory, and what it allocates."""
-    best, gpu_class = max(
-        candidates,
-        key=lambda c: min(
-            Fraction(c[0].cpu_millicores, max(job.cpu_millicores, 1)),
-            Fraction(c[0].memory_mib, max(job.memory_mib, 1)),
-        ),
-    )
-    return (
-        f"node {best.name} ({gpu_class}) allocates {best.cpu_millicores / 1000:g} CPU cores and "
-        f"{best.memory_mib:,} MiB memory: ask for at most that per pod"
-    )
+    or memory (a size the node does not report is no limit), and what it allocates."""
+
+    def room(node: Node) -> Fraction:
+        shares = [
+            Fraction(have, want)
+            for have, want in (
+                (node.cpu_millicores, job.cpu_millicores),
+                (node.memory_mib, job.memory_mib),
+            )
+            if have and want
+        ]
+        return min(shares, default=Fraction(10**9))
+
+    best, gpu_class = max(candidates, key=lambda c: room(c[0]))
+    sizes = []
+    if best.cpu_millicores:
+        sizes.append(f"{best.cpu_millicores / 1000:g} CPU cores")
+    if best.memory_mib:
+        sizes.append(f"{best.memory_mib:,} MiB memory")
+    allocates = " and ".join(sizes)
+    return f"node {best.name} ({gpu_class}) allocates {allocates}: ask for at most that per pod"
 
 
 def _no_nodes(mode: str, profile: str | None) -> str:

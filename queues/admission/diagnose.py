@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from queues.admission.asks import Ask, smaller_pod_hint
+from queues.admission.asks import Ask, shape_on, smaller_pod_hint
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     CapacityKind,
@@ -278,13 +278,16 @@ class PoolView:
         return self.open_nodes + len(self.down)
 
 
-def pool_view(pool: Pool, tolerations: frozenset[str]) -> PoolView:
+def pool_view(
+    pool: Pool, tolerations: frozenset[str], excluded: frozenset[int] = frozenset()
+) -> PoolView:
     """Split ``pool``'s nodes for a request with ``tolerations`` (see ``PoolView``).
 
     Free devices of an over-committed node count as 0, its GPU-eq as is, the way the pool's own
     aggregates count them, so an untainted pool's view is those aggregates (no scan: most pools
-    have no taints, and the diagnosis asks often)."""
-    if not pool.tainted:
+    have no taints, and the diagnosis asks often). Nodes ``excluded`` (too small for the
+    request's pods) are left out altogether."""
+    if not pool.tainted and not excluded:
         down = [local for local, ok in enumerate(pool.eligible) if not ok]
         open_nodes = len(pool.nodes) - len(down)
         empty = len(pool.by_free[0]) if pool.by_free else 0
@@ -302,9 +305,11 @@ def pool_view(pool: Pool, tolerations: frozenset[str]) -> PoolView:
         )
     view = PoolView(0, 0, 0, 0, 0, 0, [], 0, 0, [])
     for local in range(len(pool.nodes)):
+        if local in excluded:
+            continue
         free = pool.free[local]
         unit = pool.unit[local]
-        if not tolerates(pool, local, tolerations):
+        if pool.tainted and not tolerates(pool, local, tolerations):
             if pool.eligible[local] and free > 0:
                 view.tainted.append(local)
                 view.tainted_free += free
@@ -323,12 +328,14 @@ def pool_view(pool: Pool, tolerations: frozenset[str]) -> PoolView:
     return view
 
 
-def _open_free(pool: Pool, tolerations: frozenset[str]) -> tuple[int, int]:
+def _open_free(
+    pool: Pool, tolerations: frozenset[str], excluded: frozenset[int] = frozenset()
+) -> tuple[int, int]:
     """Free devices and scaled GPU-eq on ``pool``'s open nodes; from the aggregates when no node
     is tainted (the common case), so the check costs nothing."""
-    if not pool.tainted:
+    if not pool.tainted and not excluded:
         return pool.free_devices, pool.free_eq
-    view = pool_view(pool, tolerations)
+    view = pool_view(pool, tolerations, excluded)
     return view.free, view.free_eq
 
 
@@ -356,13 +363,19 @@ def capacity_causes(
         if best_usable is None or usable > best_usable:
             best, best_usable = option, usable
     assert best_usable is not None
+    if (
+        shape.pod_limits
+        and demand <= best_usable
+        and place(pool, shape.without_size_limits()) is not None
+    ):
+        return [_small_nodes_cause(state, ask, gpu_class, pool)]  # only the nodes' sizes bar it
     causes: list[PendingReason] = []
     needed = shape.pods * shape.devices
-    open_free, open_eq = _open_free(pool, shape.tolerations)
+    open_free, open_eq = _open_free(pool, shape.tolerations, shape.excluded)
     if best_usable < demand <= pool.free_eq:
         causes.append(_reserved_cause(state, ask, gpu_class, pool, best, best_usable))
     if demand > open_eq or open_free < needed:
-        view = pool_view(pool, shape.tolerations)
+        view = pool_view(pool, shape.tolerations, shape.excluded)
         causes.extend(_shortage_causes(state, ask, gpu_class, pool, view, best_usable))
     elif not causes:
         causes.extend(_shape_causes(state, ask, gpu_class, pool))
@@ -708,7 +721,7 @@ def _alternative_capability_hint(state: State, ask: Ask, gpu_class: str) -> str:
             pool = state.pools.get((name, ask.mode, capability.mig_profile))
             if pool is None:
                 continue
-            shape = ask.shapes[gpu_class]
+            shape = shape_on(state, ask.shapes[gpu_class], pool, ask.job)
             own = state.holder_reservations(ask.job.team, ask.queue.name, name)
             if state.usable(name, CapacityKind.NOMINAL, None, False, own) >= demand and place(
                 pool, shape
@@ -726,7 +739,13 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
     # devices freed on tainted nodes are no use to this queue, so a tainted pool's releases
     # depend on the tolerations
     tolerations = shape.tolerations if pool.tainted else frozenset()
-    memo_key = ("releases", id(pool), tolerations, state.class_version[gpu_class])
+    memo_key = (
+        "releases",
+        id(pool),
+        tolerations,
+        shape.excluded,
+        state.class_version[gpu_class],
+    )
     releases = state.memo.get(memo_key)
     if releases is None:
         releases = sorted(
@@ -737,6 +756,7 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
                     for s in alloc.spots
                     if s.pool is pool
                     and pool.eligible[s.local]
+                    and s.local not in shape.excluded
                     and (not pool.tainted or tolerates(pool, s.local, tolerations))
                 ),
             )
@@ -768,21 +788,31 @@ def _shape_causes(state: State, ask: Ask, gpu_class: str, pool: Pool) -> list[Pe
     return causes
 
 
-def _small_nodes_cause(
-    state: State, ask: Ask, gpu_class: str, pool: Pool, free_nodes: list[tuple[int, int]]
-) -> PendingReason:
-    """The free devices would take the job, but they are on nodes too small for its pods' CPU
-    or memory."""
+def _small_nodes_cause(state: State, ask: Ask, gpu_class: str, pool: Pool) -> PendingReason:
+    """The free devices would take the job, but the nodes they are on lack the CPU or memory
+    for its pods (for as many of them as their GPUs would take)."""
     shape = ask.shapes[gpu_class]
     job = ask.job
-    small = [local for local, _ in free_nodes if local in shape.excluded]
-    names = [state.nodes[pool.nodes[local]].name for local in small]
-    pods = "1 pod" if shape.pods == 1 else f"{shape.pods} pods"
+    unit = UNIT_WORDS[ask.mode]
+    short: list[tuple[int, int]] = []  # (local, pods its CPU and memory hold)
+    for local, free in enumerate(pool.free):
+        if not pool.eligible[local] or (
+            pool.tainted and not tolerates(pool, local, shape.tolerations)
+        ):
+            continue
+        by_devices = min(free // shape.devices, shape.pods)
+        if by_devices and shape.pod_limits[local] < by_devices:
+            short.append((local, shape.pod_limits[local]))
+    names = [state.nodes[pool.nodes[local]].name for local, _ in short]
+    holds = ", ".join(
+        f"{name} holds {plural(most, 'pod') if most else 'none'}"
+        for name, (_, most) in zip(names, short, strict=True)
+    )
+    pods = plural(shape.pods, "pod")
     message = (
-        f"needs {pods} × {shape.devices} {UNIT_WORDS[ask.mode]}s on nodes that allocate "
-        f"{job.cpu_millicores / 1000:g} CPU cores and {job.memory_mib:,} MiB per pod; "
-        f"free {gpu_class} {UNIT_WORDS[ask.mode]}s are on nodes too small for that "
-        f"({', '.join(names)})"
+        f"needs {pods} × {shape.devices} {unit}s on nodes that allocate "
+        f"{job.cpu_millicores / 1000:g} CPU cores and {job.memory_mib:,} MiB per pod; the free "
+        f"{gpu_class} {unit}s are on nodes without the CPU or memory for that ({holds})"
     )
     details = {
         "gpu_class": gpu_class,
@@ -790,7 +820,11 @@ def _small_nodes_cause(
         "memory_mib_per_pod": job.memory_mib,
         "too_small_nodes": names,
     }
-    hint = smaller_pod_hint([(state.nodes[pool.nodes[local]], gpu_class) for local in small], job)
+    none = [(state.nodes[pool.nodes[local]], gpu_class) for local, most in short if most == 0]
+    if none:
+        hint = smaller_pod_hint(none, job)
+    else:
+        hint = "ask for fewer CPU cores or less memory per pod, so that more of its pods fit a node"
     return PendingReason(ReasonCode.INSUFFICIENT_CAPACITY, message, details, hint)
 
 
@@ -802,13 +836,12 @@ def _shape_cause(state: State, ask: Ask, gpu_class: str, pool: Pool) -> PendingR
         for local, free in enumerate(pool.free)
         if free > 0
         and pool.eligible[local]
+        and local not in shape.excluded
         and (not pool.tainted or tolerates(pool, local, shape.tolerations))
     ]
     largest = max((free for _, free in free_nodes), default=0)
     total = sum(free for _, free in free_nodes)
     unit = UNIT_WORDS[ask.mode]
-    if shape.excluded and place(pool, replace(shape, excluded=frozenset())) is not None:
-        return _small_nodes_cause(state, ask, gpu_class, pool, free_nodes)
     if ask.mode == TIME_SLICED and shape.hbm and place(pool, replace(shape, hbm=0)) is not None:
         most = max((pool.hbm_free[local] for local, _ in free_nodes), default=0)
         message = (

@@ -329,7 +329,7 @@ def _never_starts(state: State, ask: Ask) -> str:
                     f"fits only {gpu_class} nodes with taints queue {ask.queue.name} "
                     "does not tolerate"
                 )
-            elif shape.excluded and _fits_empty(state, pool, replace(shape, excluded=frozenset())):
+            elif shape.pod_limits and _fits_empty(state, pool, shape.without_size_limits()):
                 why = why or (
                     f"fits the {gpu_class} nodes only with less CPU or memory per pod "
                     "(some are too small for its pods)"

@@ -56,4 +56,5 @@ def time_text(when: datetime) -> str:
     """``2025-03-04 14:30 UTC``: always with the date, since a reason is read later and
     elsewhere than it was written (pages show it in the viewer's time zone, see the ``times``
     template filter)."""
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)  # naive: UTC
+    return aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

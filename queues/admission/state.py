@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 
@@ -147,8 +147,10 @@ class Alloc:
 @dataclass(frozen=True, slots=True)
 class Shape:
     """What a job needs from one pool: ``pods`` × ``devices`` (+ ``hbm`` GB per time-sliced pod)
-    placed within one ``topology`` domain when required, on nodes whose taints it tolerates and
-    not on ``excluded`` ones (local indices: nodes too small for a pod's CPU or memory)."""
+    placed within one ``topology`` domain when required, on nodes whose taints it tolerates.
+    ``pod_limits``, when set, is the most of its pods each local node holds by CPU and memory
+    (0: the node is too small for one; those are also ``excluded``). It is set only when it
+    binds somewhere (fewer than ``pods`` on some node), so most shapes carry none."""
 
     pods: int
     devices: int
@@ -156,6 +158,11 @@ class Shape:
     topology: TopologyScope
     tolerations: frozenset[str]
     excluded: frozenset[int] = frozenset()
+    pod_limits: tuple[int, ...] = ()
+
+    def without_size_limits(self) -> Shape:
+        """The same request as if every node had the CPU and memory for it."""
+        return replace(self, excluded=frozenset(), pod_limits=())
 
 
 Placement = list[tuple[int, int]]  # (local node, pods on it)
@@ -563,6 +570,8 @@ def pods_fit(pool: Pool, local: int, shape: Shape, free: Sequence[int]) -> int:
     fit = free[local] // shape.devices
     if pool.mode == TIME_SLICED and shape.hbm > 0:
         fit = min(fit, pool.hbm_free[local] // shape.hbm)
+    if shape.pod_limits:
+        fit = min(fit, shape.pod_limits[local])
     return fit
 
 

@@ -603,8 +603,8 @@ def test_a_gang_is_not_admitted_onto_a_node_too_small_for_its_pods(
     assert job.state == JobState.PENDING
     reason = next(r for r in job.pending_reasons if r["code"] == "InsufficientCapacity")
     assert reason["message"] == (
-        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; "
-        "free a100-80gb GPUs are on nodes too small for that (a100-b)"
+        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; the "
+        "free a100-80gb GPUs are on nodes without the CPU or memory for that (a100-b holds none)"
     )
 
 

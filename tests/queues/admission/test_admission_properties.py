@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import timedelta
 from fractions import Fraction
 
@@ -110,6 +110,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             fields["outside_gpu_eq"] = Fraction(rng.choice([1, 2]))
         if rng.random() < 0.15:
             fields["taints"] = rng.choice([TAINTS, (*TAINTS, "gpu-test:NoExecute")])
+        if rng.random() < 0.3:  # allocatable CPU and memory (else unknown: holds any pod)
+            fields["cpu_millicores"] = rng.choice([16_000, 64_000, 190_000])
+            fields["memory_mib"] = rng.choice([0, 65_536, 1_000_000])
         nodes.append(Node(f"n{i}", gpu_class, rng.choice([1, 2, 4, 8]), **fields))
     teams = []
     for name in TEAMS:
@@ -167,6 +170,8 @@ def _random_job(rng: random.Random, job_id: int) -> PendingJob:
         memory_gb=rng.choice([None, 8, 20]) if queue_name == "notebooks" else None,
         runtime_limit=rng.choice([None, timedelta(minutes=30), timedelta(hours=3)]),
         priority=rng.choice([0, 0, 1]),
+        cpu_millicores=rng.choice([0, 0, 1_000, 32_000, 100_000]),
+        memory_mib=rng.choice([0, 4_096, 200_000]),
     )
 
 
@@ -328,6 +333,24 @@ def test_no_node_is_over_committed(snapshot: Snapshot) -> None:
             budget = node.gpus * HBM[node.gpu_class]
             outside = math.ceil(node.outside_gpu_eq * node.time_slice_replicas)
             assert mem + outside * (HBM[node.gpu_class] // node.time_slice_replicas) <= budget
+
+
+@given(snapshots())
+@SETTINGS
+def test_no_node_gets_more_of_a_jobs_pods_than_its_cpu_and_memory_hold(
+    snapshot: Snapshot,
+) -> None:
+    result = plan(snapshot)
+    nodes = {n.name: n for n in snapshot.nodes}
+    pending = {p.id: p for p in snapshot.pending}
+    for admission in result.admissions:
+        job = pending[admission.job_id]
+        for name, pods in Counter(admission.nodes).items():
+            node = nodes[name]
+            if node.cpu_millicores:
+                assert pods * job.cpu_millicores <= node.cpu_millicores, (name, job)
+            if node.memory_mib:
+                assert pods * job.memory_mib <= node.memory_mib, (name, job)
 
 
 @given(snapshots())
@@ -727,7 +750,9 @@ def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
             for q in snapshot.queues
         )
         pending = tuple(
-            dataclasses.replace(p, capability="any-gpu") if p.id == job.id else p
+            dataclasses.replace(p, capability="any-gpu", cpu_millicores=0, memory_mib=0)
+            if p.id == job.id
+            else p
             for p in snapshot.pending
         )
         return dataclasses.replace(snapshot, queues=queues, pending=pending)

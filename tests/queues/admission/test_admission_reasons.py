@@ -704,8 +704,8 @@ def test_a_pod_skips_the_nodes_of_its_class_too_small_for_it() -> None:
     [reason] = reasons_of(result, 11)
     assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
     assert reason.message == (
-        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; "
-        "free h100-80gb GPUs are on nodes too small for that (h-small)"
+        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; the "
+        "free h100-80gb GPUs are on nodes without the CPU or memory for that (h-small holds none)"
     )
     assert reason.details["too_small_nodes"] == ["h-small"]
     assert reason.hint == (
@@ -717,4 +717,63 @@ def test_a_pod_skips_the_nodes_of_its_class_too_small_for_it() -> None:
     assert estimate.why_unknown == (
         "fits the h100-80gb nodes only with less CPU or memory per pod "
         "(some are too small for its pods)"
+    )
+
+
+def test_a_gang_puts_no_more_pods_on_a_node_than_its_cpu_holds() -> None:
+    nodes = [
+        node("h1", cpu_millicores=190_000, memory_mib=1_945_600),
+        node("h2", cpu_millicores=190_000, memory_mib=1_945_600),
+    ]
+    teams = [team("vision", {H100: 16})]
+    # Two pods of 4 GPUs and 120 cores: by GPUs both fit h1; by CPU one pod a node.
+    gang = pending(10, "vision", gpus=4, pods=2, cpu_millicores=120_000, memory_mib=4096)
+
+    result = plan(snapshot(nodes=nodes, teams=teams, pending=[gang]))
+    assert [sorted(a.nodes) for a in result.admissions] == [["h1", "h2"]]
+
+    # With h2 full, h1 alone has the GPUs for both but the cores for one.
+    busy = [running(1, "vision", "h2", 8)]
+    result = plan(snapshot(nodes=nodes, teams=teams, running=busy, pending=[gang]))
+    [reason] = reasons_of(result, 10)
+    assert reason.message == (
+        "needs 2 pods × 4 GPUs on nodes that allocate 120 CPU cores and 4,096 MiB per pod; the "
+        "free h100-80gb GPUs are on nodes without the CPU or memory for that (h1 holds 1 pod)"
+    )
+    assert reason.hint == (
+        "ask for fewer CPU cores or less memory per pod, so that more of its pods fit a node"
+    )
+
+
+def test_a_shortage_counts_no_gpus_on_nodes_too_small_for_the_pod() -> None:
+    nodes = [
+        node("h-big", cpu_millicores=190_000, memory_mib=1_945_600),
+        node("h-small", cpu_millicores=16_000, memory_mib=1_945_600),
+    ]
+    busy = [running(1, "vision", "h-big", 6), running(2, "vision", "h-small", 4)]
+    job = pending(10, "vision", gpus=8, cpu_millicores=32_000, memory_mib=4096)
+
+    result = plan(
+        snapshot(nodes=nodes, teams=[team("vision", {H100: 32})], running=busy, pending=[job])
+    )
+
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message.startswith("needs 8 h100-80gb GPUs; 2 free")  # not h-small's 4 too
+    assert reason.hint == (
+        "6 more GPUs free up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
+    )
+
+
+def test_the_hint_ignores_a_size_a_node_does_not_report() -> None:
+    nodes = [
+        node("h1", memory_mib=100_000),  # CPU not reported
+        node("h2", cpu_millicores=8_000, memory_mib=90_000),
+    ]
+    job = pending(10, "vision", cpu_millicores=16_000, memory_mib=200_000)
+    result = plan(snapshot(nodes=nodes, teams=[team("vision", {H100: 16})], pending=[job]))
+
+    [reason] = reasons_of(result, 10)
+    assert reason.hint == (
+        "node h1 (h100-80gb) allocates 100,000 MiB memory: ask for at most that per pod"
     )
