@@ -297,6 +297,8 @@ class JobSerializer(serializers.ModelSerializer):
             "capacity_kind",
             "k8s_job_name",
             "attempts",
+            "rollbacks",
+            "not_before",
             "exit_code",
             "failure_reason",
             "submitted_at",

@@ -433,6 +433,16 @@ def test_a_job_shows_why_it_waits_its_estimated_start_and_position(mia, api_as):
         None,
         [],
     )
+    assert (data["rollbacks"], data["not_before"]) == (0, None)
+
+
+def test_a_job_held_back_after_roll_backs_says_until_when(mia, api_as):
+    until = timezone.now() + timedelta(minutes=2)
+    held = job(mia, rollbacks=2, not_before=until)
+
+    data = api_as(mia).get(f"/api/jobs/{held.pk}/").json()
+
+    assert (data["rollbacks"], data["not_before"]) == (2, until.isoformat().replace("+00:00", "Z"))
 
 
 def test_a_finished_job_shows_where_it_ran_and_how_it_ended(mia, api_as):
