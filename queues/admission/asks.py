@@ -33,7 +33,9 @@ class Ask:
     ``classes`` are the GPU classes it may run on, cheapest (lowest rate-card weight) first;
     ``demand`` its scaled GPU-eq per class (for time-sliced work the most a node of that class
     could charge, so quota checks stay safe); ``static`` non-empty means no class takes it in
-    this plan: none ever can, or it is held back after roll-backs (``held_back_reason``).
+    this plan: none ever can, or it is held back after roll-backs (``held_back_reason``) until
+    ``held_until``; such a job keeps its classes and shapes, so the start-time simulation brings
+    it in at that time.
     ``key`` identifies every job that the planner would treat identically except for its user.
     """
 
@@ -49,6 +51,7 @@ class Ask:
     static: tuple[PendingReason, ...]
     key: tuple[Any, ...]
     rank: tuple[int, int]
+    held_until: datetime | None = None
 
     @property
     def min_demand(self) -> int:
@@ -150,8 +153,10 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 job.queue in state.queues,
             )
         mode, profile, classes, demand, shapes, static = resolved[rkey]
+        held_until = None
         if not static and job.not_before is not None and held_back(job, snapshot.now):
             static = (held_back_reason(job, job.not_before),)
+            held_until = job.not_before
         asks.append(
             Ask(
                 job=job,
@@ -166,6 +171,7 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 static=static,
                 key=(rkey, job.team, runtime),
                 rank=(queue.priority, job.priority),
+                held_until=held_until,
             )
         )
     return asks

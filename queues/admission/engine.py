@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from queues.admission.asks import Ask, build_asks, build_probe_asks, held_back
+from queues.admission.asks import Ask, build_asks, build_probe_asks
 from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_text, time_text
 from queues.admission.estimate import simulate
 from queues.admission.fit import Fit, Option, fit_class, hold
@@ -102,7 +102,11 @@ def plan(snapshot: Snapshot) -> Plan:
             probe_now.add(probe.job.id)
     starts, probe_starts = simulate(
         state,
-        [o.ask for o in run.outcomes if o.start is None and not o.ask.static],
+        [
+            o.ask
+            for o in run.outcomes
+            if o.start is None and (not o.ask.static or o.ask.held_until is not None)
+        ],
         [p for p in probes if p.job.id not in probe_now and not p.static],
     )
     probe_estimates = tuple(
@@ -536,11 +540,11 @@ def _assemble(
         position = positions.get(job_id, 1)
         if outcome.start is not None:
             estimate = EstimatedStart(at=outcome.start)
-        elif ask.static:
+        elif ask.static and ask.held_until is None:
             estimate = EstimatedStart(at=None, why_unknown=ask.static[0].message)
         else:
             estimate = starts[job_id]
-        if not held_back(ask.job, state.now):  # past waits say nothing of a back-off's end
+        if ask.held_until is None:  # past waits say nothing of a back-off's end
             estimate = _with_range(state, ask, estimate)
         reasons = list(outcome.reasons)
         priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)

@@ -4,7 +4,8 @@ After the admission pass, time moves forward event by event: running and admitte
 their runtime limits, reservations open and close, nodes return from maintenance at their
 expected end. At each event the waiting jobs start in plan order as capacity frees. This bounds
 each job's start the way a backfill scheduler does: nothing new arrives ahead of it, and nobody
-runs longer than allowed.
+runs longer than allowed. (A job held back after roll-backs is no new arrival: it joins the
+queue in its place when its back-off ends, so the jobs behind it are estimated behind it.)
 
 How it stays fast: waiting jobs sit in one heap per GPU class (ordered by plan order). After an
 event only the classes it touched are scanned, from the head, and a scan stops at the first job
@@ -45,7 +46,7 @@ from queues.admission.plan import EstimatedStart
 from queues.admission.snapshot import JobId
 from queues.admission.state import Alloc, Pool, Shape, State, place
 
-END, RESERVATION_ON, RESERVATION_OFF, NODE_BACK = 0, 1, 2, 3
+END, RESERVATION_ON, RESERVATION_OFF, NODE_BACK, HELD_BACK_ENDS = 0, 1, 2, 3, 4
 ANY_TAINT = frozenset({"*"})
 
 ParkKey = tuple[str, str, str]
@@ -76,6 +77,7 @@ def simulate(
         return why or _never_for_user(state, ask)
 
     live: list[Ask] = []
+    held: list[int] = []
     for ask in asks:
         why = never_why(ask)
         if why:
@@ -83,6 +85,9 @@ def simulate(
             continue
         index = len(live)
         live.append(ask)
+        if ask.held_until is not None:
+            held.append(index)  # it joins the heaps when its back-off ends
+            continue
         for gpu_class in ask.classes:
             heaps[gpu_class].append((ask.order, index))
     for heap in heaps.values():
@@ -128,6 +133,10 @@ def simulate(
     for index, node in enumerate(state.nodes):
         if not state.node_eligible[index] and node.healthy and node.maintenance_until is not None:
             push(max(state.now, node.maintenance_until), NODE_BACK, index)
+    for index in held:
+        until = live[index].held_until
+        assert until is not None
+        push(until, HELD_BACK_ENDS, index)
 
     def unpark(key: ParkKey, dirty: set[str]) -> None:
         # every ghost parked under the key returns: ghosts hold nothing, so letting all of them
@@ -212,10 +221,15 @@ def simulate(
                 dirty.add(reservation.gpu_class)
                 if kind == RESERVATION_ON:
                     unpark(("t", reservation.team, reservation.gpu_class), dirty)
-            else:
+            elif kind == NODE_BACK:
                 assert isinstance(payload, int)
                 state.set_node_eligible(payload, True)
                 dirty.add(state.nodes[payload].gpu_class)
+            else:  # a job held back after roll-backs joins the queue in its place
+                assert isinstance(payload, int)
+                for gpu_class in live[payload].classes:
+                    heapq.heappush(heaps[gpu_class], (live[payload].order, payload))
+                    dirty.add(gpu_class)
         while dirty:
             gpu_class = min(dirty, key=lambda c: cost_order.get(c, len(cost_order)))
             dirty.discard(gpu_class)

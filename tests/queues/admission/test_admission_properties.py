@@ -172,6 +172,9 @@ def _random_job(rng: random.Random, job_id: int) -> PendingJob:
         priority=rng.choice([0, 0, 1]),
         cpu_millicores=rng.choice([0, 0, 1_000, 32_000, 100_000]),
         memory_mib=rng.choice([0, 4_096, 200_000]),
+        # held back after roll-backs, until a moment past or to come
+        not_before=NOW + timedelta(minutes=rng.choice([-5, 3, 90])) if rng.random() < 0.1 else None,
+        rollbacks=1,
     )
 
 
@@ -486,12 +489,16 @@ def test_gangs_are_admitted_whole_and_every_job_is_accounted_for(snapshot: Snaps
 @SETTINGS
 def test_every_waiting_job_has_a_reason_and_a_start_not_before_now(snapshot: Snapshot) -> None:
     result = plan(snapshot)
+    pending = {p.id: p for p in snapshot.pending}
     for status in result.pending:
         assert status.reasons
         start = status.estimated_start
         assert (start.at is None) == bool(start.why_unknown)
         if start.at is not None:
             assert start.at >= NOW
+            held_until = pending[status.job_id].not_before
+            if held_until is not None:  # held back: not before its back-off ends
+                assert start.at >= held_until
         if status.preempting:
             assert start.at is not None
 
@@ -684,6 +691,12 @@ def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
     """``snapshot`` with the cause behind ``code`` removed for ``job``."""
     if code is ReasonCode.CLUSTER_UNREACHABLE:
         return dataclasses.replace(snapshot, cluster_unreachable_since=None)
+    if code is ReasonCode.CLUSTER_UNSCHEDULABLE:  # held back after roll-backs: the back-off ends
+        pending = tuple(
+            dataclasses.replace(p, not_before=None) if p.id == job.id else p
+            for p in snapshot.pending
+        )
+        return dataclasses.replace(snapshot, pending=pending)
     if code is ReasonCode.QUOTA_EXCEEDED:
         teams = tuple(
             dataclasses.replace(

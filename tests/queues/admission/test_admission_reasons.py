@@ -608,10 +608,10 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
     assert reason.hint.startswith("if the scheduler's message names cpu or memory")
     # It holds nothing back: the job behind it takes the node.
     assert [a.job_id for a in result.admissions] == [11]
-    # Its start is unknown until then, and no range from past waits pretends otherwise.
+    # Its start: when the back-off ends and the node is free again (job 11 ends at its 8 h
+    # limit); no range from past waits pretends otherwise.
     estimate = result.status(10).estimated_start  # type: ignore[union-attr]
-    assert (estimate.at, estimate.range_low) == (None, None)
-    assert estimate.why_unknown == reason.message
+    assert (estimate.at, estimate.range_low) == (NOW + timedelta(hours=8), None)
 
     # The retry time is rounded up to the minute, never early.
     half = pending(10, "vision", gpus=8, rollbacks=1, not_before=NOW + timedelta(seconds=61))
@@ -777,3 +777,17 @@ def test_the_hint_ignores_a_size_a_node_does_not_report() -> None:
     assert reason.hint == (
         "node h1 (h100-80gb) allocates 100,000 MiB memory: ask for at most that per pod"
     )
+
+
+def test_jobs_behind_a_held_back_job_are_estimated_behind_it() -> None:
+    held = pending(10, "vision", gpus=8, rollbacks=1, not_before=NOW + timedelta(minutes=2))
+    now = pending(11, "vision", gpus=8, waited=timedelta(minutes=5))
+    later = pending(12, "vision", gpus=8, waited=timedelta(minutes=4))
+    result = plan(
+        snapshot(nodes=[node("n1")], teams=[team("vision", {H100: 8})], pending=[held, now, later])
+    )
+
+    assert [a.job_id for a in result.admissions] == [11]
+    starts = {s.job_id: s.estimated_start.at for s in result.pending}
+    # Job 11 holds the node for its 8 h; then the held job, back in its place, goes first.
+    assert starts == {10: NOW + timedelta(hours=8), 12: NOW + timedelta(hours=16)}
