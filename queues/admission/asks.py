@@ -156,7 +156,7 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
         held_until = None
         if not static and job.not_before is not None and held_back(job, snapshot.now):
             static = (held_back_reason(job, job.not_before),)
-            held_until = job.not_before
+            held_until = retry_minute(job.not_before)
         asks.append(
             Ask(
                 job=job,
@@ -412,14 +412,18 @@ def held_back(job: PendingJob, now: datetime) -> bool:
     return job.not_before is not None and job.not_before > now
 
 
+def retry_minute(until: datetime) -> datetime:
+    """``until`` rounded up to the minute: "tries again at 12:02" (and the estimated start
+    that goes with it) is never early."""
+    minute = until.replace(second=0, microsecond=0)
+    return minute if minute == until else minute + timedelta(minutes=1)
+
+
 def held_back_reason(job: PendingJob, until: datetime) -> PendingReason:
     """Why a job the cluster could not start is not planned before ``until``."""
     times = "once" if job.rollbacks == 1 else f"{job.rollbacks} times in a row"
     said = f"; the scheduler said: {job.unschedulable}" if job.unschedulable else ""
-    # Shown to the minute, rounded up: "tries again at 12:02" is never early.
-    shown = until.replace(second=0, microsecond=0)
-    if shown < until:
-        shown += timedelta(minutes=1)
+    shown = retry_minute(until)
     return PendingReason(
         ReasonCode.CLUSTER_UNSCHEDULABLE,
         f"rolled back {times}: the cluster could not start it{said}; "

@@ -544,7 +544,7 @@ def _assemble(
             estimate = EstimatedStart(at=None, why_unknown=ask.static[0].message)
         else:
             estimate = starts[job_id]
-        if ask.held_until is None:  # past waits say nothing of a back-off's end
+        if not ask.static:  # past waits say nothing of a back-off's end or a job that can't run
             estimate = _with_range(state, ask, estimate)
         reasons = list(outcome.reasons)
         priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)

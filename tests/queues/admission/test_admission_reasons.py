@@ -621,6 +621,12 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
     assert reason.message == (
         "rolled back once: the cluster could not start it; the portal tries again at 2025-03-03 12:02 UTC"
     )
+    # ... and so is the estimated start that goes with it, the node being free.
+    estimate = plan(
+        snapshot(nodes=[node("n1")], teams=[team("vision", {H100: 16})], pending=[half])
+    ).status(10)
+    assert estimate is not None
+    assert estimate.estimated_start.at == NOW + timedelta(minutes=2)
 
     later = plan(
         snapshot(
@@ -791,3 +797,18 @@ def test_jobs_behind_a_held_back_job_are_estimated_behind_it() -> None:
     starts = {s.job_id: s.estimated_start.at for s in result.pending}
     # Job 11 holds the node for its 8 h; then the held job, back in its place, goes first.
     assert starts == {10: NOW + timedelta(hours=8), 12: NOW + timedelta(hours=16)}
+
+
+def test_a_job_that_can_never_start_gets_no_range_from_past_waits() -> None:
+    queues = [queue("interactive", gpu_classes=("l4-24gb",), recent_waits=(timedelta(hours=1),))]
+    result = plan(
+        snapshot(
+            nodes=[node("n1", "l4-24gb")],
+            queues=queues,
+            teams=[team("vision", {"l4-24gb": 8})],
+            pending=[pending(10, "vision", "interactive", "h100")],
+        )
+    )
+    estimate = result.status(10).estimated_start  # type: ignore[union-attr]
+    assert (estimate.at, estimate.range_low, estimate.range_high) == (None, None, None)
+    assert estimate.why_unknown.startswith("capability class h100 matches no GPU class")
