@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
 from datetime import timedelta
 
@@ -23,16 +24,20 @@ MIRROR_SYNC_SECONDS = 30.0
 
 
 _MIRROR: ClusterMirror | None = None
+_MIRROR_LOCK = threading.Lock()
 
 
 def worker_mirror() -> ClusterMirror:
-    """This worker process's watch-fed mirror of the cluster, started on first use."""
+    """This worker process's watch-fed mirror of the cluster, started on first use (once, even
+    when two tasks start at the same time in two threads)."""
     global _MIRROR
-    if _MIRROR is None:
-        from queues.cluster.adapter import cluster_from_settings
+    with _MIRROR_LOCK:
+        if _MIRROR is None:
+            from queues.cluster.adapter import cluster_from_settings
 
-        _MIRROR = ClusterMirror(cluster_from_settings()).start()
-        _MIRROR.wait_synced(MIRROR_SYNC_SECONDS)
+            mirror = ClusterMirror(cluster_from_settings()).start()
+            mirror.wait_synced(MIRROR_SYNC_SECONDS)
+            _MIRROR = mirror
     return _MIRROR
 
 
@@ -45,10 +50,16 @@ def reconcile() -> str:
     # Requests made from now on need a new cycle: let the next one enqueue.
     Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
     mirror = worker_mirror()
-    report = reconcile_cycle(
-        cluster=mirror.cluster, holder=f"{socket.gethostname()}:{os.getpid()}", mirror=mirror
-    )
+    report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
     return report.summary()
+
+
+def cycle_holder() -> str:
+    """Who holds the reconcile lease for one run of the task: unique per run, not per process.
+    Celery runs a countdown task from its timer thread while the solo pool runs another in the
+    main thread, so two cycles can overlap in one process; a per-process holder would let the
+    second renew the first's lease and both would write at once."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 def request_reconcile() -> bool:

@@ -75,3 +75,15 @@ def test_of_many_takers_at_once_exactly_one_wins(expired):
 
     assert len(won) == 1
     assert Lease.objects.get(name="reconcile").holder == won[0]
+
+
+def test_two_reconcile_runs_in_one_worker_process_never_share_the_lease():
+    # The demo's worker (solo pool) runs a countdown task from Celery's timer thread while the
+    # main thread runs another: one process, two cycles at once. Each run is its own holder.
+    from queues.tasks import cycle_holder
+
+    first, second = cycle_holder(), cycle_holder()
+
+    assert first != second
+    assert lease_acquire(name="reconcile", holder=first, ttl=MINUTE)
+    assert not lease_acquire(name="reconcile", holder=second, ttl=MINUTE)
