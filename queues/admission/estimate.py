@@ -348,6 +348,17 @@ def _never_starts(state: State, ask: Ask) -> str:
                     f"fits the {gpu_class} nodes only with less CPU or memory per pod "
                     "(some are too small for its pods)"
                 )
+            elif (
+                pool.tainted
+                and shape.pod_limits
+                and _fits_empty(
+                    state, pool, replace(shape.without_size_limits(), tolerations=ANY_TAINT)
+                )
+            ):
+                why = why or (
+                    f"fits only {gpu_class} nodes with taints queue {ask.queue.name} does not "
+                    "tolerate, and only with less CPU or memory per pod"
+                )
             else:
                 why = why or f"does not fit the {gpu_class} nodes even when they are empty"
             continue

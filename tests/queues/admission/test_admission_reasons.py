@@ -812,3 +812,18 @@ def test_a_job_that_can_never_start_gets_no_range_from_past_waits() -> None:
     estimate = result.status(10).estimated_start  # type: ignore[union-attr]
     assert (estimate.at, estimate.range_low, estimate.range_high) == (None, None, None)
     assert estimate.why_unknown.startswith("capability class h100 matches no GPU class")
+
+
+def test_a_job_that_fits_only_tainted_nodes_and_only_smaller_says_both() -> None:
+    nodes = [
+        node("h-big", cpu_millicores=190_000, taints=("gpu-test:NoSchedule",)),
+        node("h-small", cpu_millicores=16_000),
+    ]
+    job = pending(10, "vision", gpus=8, pods=2, cpu_millicores=32_000, memory_mib=4096)
+    result = plan(snapshot(nodes=nodes, teams=[team("vision", {H100: 16})], pending=[job]))
+
+    estimate = result.status(10).estimated_start  # type: ignore[union-attr]
+    assert estimate.why_unknown == (
+        "fits only h100-80gb nodes with taints queue training does not tolerate, "
+        "and only with less CPU or memory per pod"
+    )
