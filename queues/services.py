@@ -17,6 +17,7 @@ from django.db.models import Exists, Model, ProtectedError, Q
 from django.utils import timezone
 
 from chargeback.models import RateCard, RateCardWeight
+from queues.admission.asks import pods_held
 from queues.models import (
     ACTIVE_JOB_STATES,
     CapabilityClass,
@@ -623,7 +624,7 @@ def pod_size_problems(request: JobRequest, sizes: list[tuple[int, int]]) -> list
                 f"(the largest has {most_memory:,} MiB allocatable)",
             )
         )
-    if not problems and not any(c >= cpu and m >= memory for c, m in sizes):
+    if not problems and not any(pods_held(c, m, cpu, memory, 1) for c, m in sizes):
         problems.append(
             (
                 "cpu_millicores_per_pod",

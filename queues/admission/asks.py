@@ -321,6 +321,17 @@ def _resolve(
     return mode, profile, tuple(classes), demand, shapes, ()
 
 
+def pods_held(cpu: int, memory: int, pod_cpu: int, pod_memory: int, most: int) -> int:
+    """How many pods of ``pod_cpu`` millicores and ``pod_memory`` MiB a node allocating ``cpu``
+    and ``memory`` holds, at most ``most`` (a size the node does not report, 0, is no limit; nor
+    is a pod's 0)."""
+    if cpu and pod_cpu:
+        most = min(most, cpu // pod_cpu)
+    if memory and pod_memory:
+        most = min(most, memory // pod_memory)
+    return most
+
+
 def shape_on(state: State, shape: Shape, pool: Pool, job: PendingJob) -> Shape:
     """``shape`` (of the job on another pool) with the size limits of ``pool``'s nodes."""
     limits = _pod_limits(state, pool, job) if job.cpu_millicores or job.memory_mib else ()
@@ -342,11 +353,7 @@ def _pod_limits(state: State, pool: Pool, job: PendingJob) -> tuple[int, ...]:
         state.memo[key] = grouped
     limited: list[tuple[int, list[int]]] = []
     for (cpu, memory), locals_ in grouped.items():
-        most = job.pods
-        if cpu and job.cpu_millicores:
-            most = min(most, cpu // job.cpu_millicores)
-        if memory and job.memory_mib:
-            most = min(most, memory // job.memory_mib)
+        most = pods_held(cpu, memory, job.cpu_millicores, job.memory_mib, job.pods)
         if most < job.pods:
             limited.append((most, locals_))
     if not limited:
