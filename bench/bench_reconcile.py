@@ -110,7 +110,7 @@ WHERE_THE_TIME_GOES = """\
 
 def serve(manifests: Path, kubeconfig: Path, start: str, ready: Any) -> None:
     """Build the cluster with every Job of ``manifests`` already created, then serve it."""
-    from queues.cluster.sim import ManualClock, SimCluster, SimServer, parse_cluster
+    from simcluster import ManualClock, SimCluster, SimServer, parse_cluster
 
     cluster = SimCluster(
         parse_cluster(synthetic.cluster_spec()),

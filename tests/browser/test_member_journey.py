@@ -19,7 +19,7 @@ from queues.cluster.adapter import Cluster
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
 from queues.reconcile import CycleReport, reconcile_cycle
 from queues.services import JobRequest, job_submit
-from tests.simcluster import SimClusterHandle
+from tests.sim import SimClusterHandle
 
 pytestmark = pytest.mark.browser
 

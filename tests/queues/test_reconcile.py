@@ -10,9 +10,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from queues.cluster.adapter import Cluster
-from queues.cluster.sim.kubelet import DURATION_ANNOTATION
 from queues.models import CapabilityClass, Job, JobState, Node, Queue, Team, UsageInterval
 from queues.reconcile import reconcile_cycle
+from simcluster.kubelet import DURATION_ANNOTATION
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

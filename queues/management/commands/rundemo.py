@@ -41,7 +41,7 @@ class Command(BaseCommand):
             "simulated cluster",
             [
                 python,
-                "manage.py",
+                "-m",
                 "simcluster",
                 "--nodes",
                 nodes,

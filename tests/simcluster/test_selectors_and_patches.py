@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from queues.cluster.sim.errors import ApiError
-from queues.cluster.sim.patch import apply_patch
-from queues.cluster.sim.selectors import labels_match, parse_field_selector, parse_label_selector
+from simcluster.errors import ApiError
+from simcluster.patch import apply_patch
+from simcluster.selectors import labels_match, parse_field_selector, parse_label_selector
 
 LABELS = {"team": "nlp", "gpu": "h100", "tier": "4"}
 

@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from queues.cluster.sim.cluster import SimCluster
-from queues.cluster.sim.errors import ApiError, bad_request, failure_status
-from queues.cluster.sim.faults import RequestFault
-from queues.cluster.sim.kubeconfig import write_kubeconfig
-from queues.cluster.sim.objects import parse_deletion
-from queues.cluster.sim.resources import RESOURCES, Resource
-from queues.cluster.sim.selectors import (
+from simcluster.cluster import SimCluster
+from simcluster.errors import ApiError, bad_request, failure_status
+from simcluster.faults import RequestFault
+from simcluster.kubeconfig import write_kubeconfig
+from simcluster.objects import parse_deletion
+from simcluster.resources import RESOURCES, Resource
+from simcluster.selectors import (
     FieldSelector,
     LabelSelector,
     fields_match,
@@ -57,7 +57,7 @@ from queues.cluster.sim.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from queues.cluster.sim.store import Change, Expired
+from simcluster.store import Change, Expired
 
 logger = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from queues.cluster.sim.clock import rfc3339
-from queues.cluster.sim.objects import new_uid
-from queues.cluster.sim.store import Store
+from simcluster.clock import rfc3339
+from simcluster.objects import new_uid
+from simcluster.store import Store
 
 EventKey = tuple[str, str, str, str, str | None]
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from queues.cluster.sim.quantity import parse_resources
+from simcluster.quantity import parse_resources
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 _STANDARD_RESOURCES = ("pods", "cpu", "memory", "ephemeral-storage")

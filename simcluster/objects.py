@@ -11,11 +11,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from queues.cluster.sim.clock import rfc3339
-from queues.cluster.sim.errors import ApiError, bad_request, invalid
-from queues.cluster.sim.nodes import NodeSpec
-from queues.cluster.sim.quantity import QuantityError, parse_quantity
-from queues.cluster.sim.scheduler import UNSCHEDULABLE_TAINT
+from simcluster.clock import rfc3339
+from simcluster.errors import ApiError, bad_request, invalid
+from simcluster.nodes import NodeSpec
+from simcluster.quantity import QuantityError, parse_quantity
+from simcluster.scheduler import UNSCHEDULABLE_TAINT
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"

@@ -2,7 +2,7 @@
 
 Faults that change the cluster itself (a node turning unhealthy, an OOM kill, a Job deleted out
 of band, a pod someone else created) are operations of
-:class:`~queues.cluster.sim.cluster.SimCluster`; this module holds the ones that affect
+:class:`~simcluster.cluster.SimCluster`; this module holds the ones that affect
 *answers*: errors, delays, expired watches, failing image pulls. Faults are consumed in the
 order they were injected; ``count`` is how many requests one hits.
 """
@@ -13,7 +13,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
-from queues.cluster.sim.errors import REASONS
+from simcluster.errors import REASONS
 
 DEFAULT_FAILING_IMAGE = "does-not-exist"
 

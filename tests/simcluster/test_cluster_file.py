@@ -7,8 +7,8 @@ from fractions import Fraction
 import pytest
 import yaml
 
-from queues.cluster.sim import NodeFileError, SimCluster, load_cluster_file, parse_cluster
-from tests.simcluster import EXAMPLE_CLUSTER
+from simcluster import NodeFileError, SimCluster, load_cluster_file, parse_cluster
+from tests.sim import EXAMPLE_CLUSTER
 
 EXAMPLE_POLICY = EXAMPLE_CLUSTER.parent / "policy.yaml"
 SHARE = {"1g.10gb": Fraction(1, 7), "3g.40gb": Fraction(3, 7)}

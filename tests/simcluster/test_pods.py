@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from tests.queues.cluster.sim.manifests import L4, gpu_job
+from tests.simcluster.manifests import L4, gpu_job
 
 NS = "team-speech"
 

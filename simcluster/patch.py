@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from queues.cluster.sim.errors import ApiError, bad_request
+from simcluster.errors import ApiError, bad_request
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

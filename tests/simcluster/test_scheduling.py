@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.queues.cluster.sim.manifests import A100, H100, T4_SHARED, gpu_job
-from tests.simcluster import cluster_yaml
+from tests.sim import cluster_yaml
+from tests.simcluster.manifests import A100, H100, T4_SHARED, gpu_job
 
 NS = "team-research"
 

@@ -2,7 +2,7 @@
 
 Import the fixtures into a ``conftest.py`` to use them::
 
-    from tests.simcluster import sim_cluster, sim_cluster_factory  # noqa: F401
+    from tests.sim import sim_cluster, sim_cluster_factory  # noqa: F401
 
 ``sim_cluster`` serves ``examples/cluster.yaml`` on a free port with a manual clock (time stands
 still until the test calls :meth:`SimClusterHandle.advance`) and speed 1, writes a kubeconfig into
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from queues.cluster.sim import (
+from simcluster import (
     ManualClock,
     RequestFault,
     SimCluster,

@@ -5,7 +5,7 @@ relies on: the API server's storage and validation (through :mod:`.store` and :m
 the Job controller and garbage collector, kube-scheduler (:mod:`.scheduler`) and a kubelet per
 node that pulls images, runs containers for a simulated duration and ends them.
 
-Time is a discrete-event simulation over a :class:`~queues.cluster.sim.clock.Clock`: every timed
+Time is a discrete-event simulation over a :class:`~simcluster.clock.Clock`: every timed
 step (an image pulled, a container finished, a grace period over, a Job's deadline) is a timer.
 :meth:`SimCluster.tick` fires the timers that are due, each at its own due time, so a test that
 advances a manual clock by an hour sees every step stamped when it happened. Simulated durations
@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from queues.cluster.sim.clock import Clock, WallClock, rfc3339
-from queues.cluster.sim.errors import (
+from simcluster.clock import Clock, WallClock, rfc3339
+from simcluster.errors import (
     ApiError,
     already_exists,
     bad_request,
@@ -35,9 +35,9 @@ from queues.cluster.sim.errors import (
     not_found,
     success_status,
 )
-from queues.cluster.sim.events import EventRecorder
-from queues.cluster.sim.faults import Faults
-from queues.cluster.sim.jobs import (
+from simcluster.events import EventRecorder
+from simcluster.faults import Faults
+from simcluster.jobs import (
     COMPLETIONS_REACHED,
     JobRun,
     add_condition,
@@ -47,7 +47,7 @@ from queues.cluster.sim.jobs import (
     pods_to_create,
     replacement_delay,
 )
-from queues.cluster.sim.kubelet import (
+from simcluster.kubelet import (
     DURATION_ANNOTATION,
     PodRun,
     image_reference,
@@ -56,9 +56,9 @@ from queues.cluster.sim.kubelet import (
     pod_status,
     run_plan,
 )
-from queues.cluster.sim.logs import STEP_SECONDS, LogContext, log_lines, render
-from queues.cluster.sim.nodes import ClusterSpec, SimulationSettings, load_cluster_file
-from queues.cluster.sim.objects import (
+from simcluster.logs import STEP_SECONDS, LogContext, log_lines, render
+from simcluster.nodes import ClusterSpec, SimulationSettings, load_cluster_file
+from simcluster.objects import (
     build_job,
     build_namespace,
     build_node,
@@ -66,18 +66,18 @@ from queues.cluster.sim.objects import (
     pod_for_job,
     sync_unschedulable_taint,
 )
-from queues.cluster.sim.patch import apply_patch
-from queues.cluster.sim.quantity import format_milli, parse_resources
-from queues.cluster.sim.resources import RESOURCES
-from queues.cluster.sim.scheduler import (
+from simcluster.patch import apply_patch
+from simcluster.quantity import format_milli, parse_resources
+from simcluster.resources import RESOURCES
+from simcluster.scheduler import (
     NodeInfo,
     pod_requests,
     prefilter_node_names,
     schedule,
     tolerates,
 )
-from queues.cluster.sim.selectors import FieldSelector, LabelSelector, fields_match, labels_match
-from queues.cluster.sim.store import Store
+from simcluster.selectors import FieldSelector, LabelSelector, fields_match, labels_match
+from simcluster.store import Store
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 GPU_HEALTH_CONDITION = "GPUHealthy"
@@ -97,7 +97,7 @@ class SimCluster:
     """The whole simulated cluster. Every public method is thread-safe (one lock for all).
 
     API-facing methods take and return JSON-ready dicts and raise
-    :class:`~queues.cluster.sim.errors.ApiError` as the API server would answer.
+    :class:`~simcluster.errors.ApiError` as the API server would answer.
     """
 
     def __init__(

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from queues.cluster.sim.quantity import QuantityError, parse_quantity
+from simcluster.quantity import QuantityError, parse_quantity
 
 _MAP_KEYS = ("labels", "annotations", "allocatable", "capacity")
 _LIST_KEYS = ("taints", "conditions")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import socket
 import subprocess
@@ -11,14 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
-from django.core.management import call_command
 from kubernetes import client, config
 
-from queues.cluster.sim import SimCluster, SimServer, WallClock
-from queues.cluster.sim import run as run_module
-from tests.queues.cluster.sim.manifests import gpu_job
-from tests.simcluster import EXAMPLE_CLUSTER
+from simcluster import SimCluster, SimServer, WallClock
+from simcluster import run as run_module
+from simcluster.__main__ import main
+from tests.sim import EXAMPLE_CLUSTER
+from tests.simcluster.manifests import gpu_job
 
 
 def test_the_kubeconfig_loads_with_the_official_client(sim_cluster):
@@ -51,23 +51,31 @@ def test_the_default_port_falls_back_to_a_free_one(tmp_path, monkeypatch):
         server.stop()
 
 
-def test_the_command_writes_the_kubeconfig_where_settings_say(settings, tmp_path, monkeypatch):
+def test_the_command_line_passes_its_options_and_defaults_to_var_sim(monkeypatch):
     seen = {}
-    monkeypatch.setattr(
-        "queues.management.commands.simcluster.run", lambda **options: seen.update(options)
-    )
-    settings.CLUSTER_KUBECONFIG = str(tmp_path / "sim" / "kubeconfig")
+    monkeypatch.setattr("simcluster.__main__.run", lambda **options: seen.update(options) or 0)
 
-    call_command(
-        "simcluster", "--nodes", str(EXAMPLE_CLUSTER), "--speed", "60", stdout=io.StringIO()
-    )
+    assert main(["--nodes", str(EXAMPLE_CLUSTER), "--speed", "60"]) == 0
 
-    assert seen["kubeconfig"] == settings.CLUSTER_KUBECONFIG
+    assert seen["kubeconfig"] == "var/sim/kubeconfig"
     assert (seen["port"], seen["speed"], Path(seen["nodes"])) == (6443, 60.0, EXAMPLE_CLUSTER)
 
 
+def test_the_command_line_refuses_a_speed_that_is_not_positive(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--nodes", str(EXAMPLE_CLUSTER), "--speed", "0"])
+
+    assert exit_.value.code == 2
+    assert "--speed must be positive" in capsys.readouterr().err
+
+
+def test_the_command_line_names_a_missing_cluster_file(tmp_path, capsys):
+    assert main(["--nodes", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
 def test_the_simulation_imports_no_django():
-    code = "import sys, queues.cluster.sim; print(any(m.startswith('django') for m in sys.modules))"
+    code = "import sys, simcluster; print(any(m.startswith('django') for m in sys.modules))"
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from queues.cluster.sim.clock import rfc3339
-from queues.cluster.sim.nodes import SimulationSettings
+from simcluster.clock import rfc3339
+from simcluster.nodes import SimulationSettings
 
 DURATION_ANNOTATION = "sim.gpuportal.io/duration-seconds"
 EXIT_CODE_ANNOTATION = "sim.gpuportal.io/exit-code"

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queues.cluster.manifests import LaunchSpec, job_manifest
-from queues.cluster.sim import ManualClock, SimCluster, parse_cluster
-from queues.cluster.sim.quantity import parse_resources
-from queues.cluster.sim.scheduler import NodeInfo, schedule
-from tests.queues.cluster.sim.manifests import H100, gpu_job
+from simcluster import ManualClock, SimCluster, parse_cluster
+from simcluster.quantity import parse_resources
+from simcluster.scheduler import NodeInfo, schedule
+from tests.simcluster.manifests import H100, gpu_job
 
 
 def held_by_pods(cluster) -> dict[str, dict[str, int]]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from queues.cluster.sim.jobs import index_ranges
-from queues.cluster.sim.quantity import milli, parse_resources
-from queues.cluster.sim.scheduler import NodeInfo, fit_error, schedule, tolerates
+from simcluster.jobs import index_ranges
+from simcluster.quantity import milli, parse_resources
+from simcluster.scheduler import NodeInfo, fit_error, schedule, tolerates
 
 
 def node(name: str, gpus: int, **spec) -> NodeInfo:

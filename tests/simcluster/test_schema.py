@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import kubernetes_validate
 
-from queues.cluster.sim import ManualClock, SimCluster
-from tests.queues.cluster.sim.manifests import gpu_job
-from tests.simcluster import EXAMPLE_CLUSTER
+from simcluster import ManualClock, SimCluster
+from tests.sim import EXAMPLE_CLUSTER
+from tests.simcluster.manifests import gpu_job
 
 RESOURCES = ["nodes", "namespaces", "pods", "jobs", "events"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client, watch
 
-from queues.cluster.sim.scheduler import UNSCHEDULABLE_TAINT
+from simcluster.scheduler import UNSCHEDULABLE_TAINT
 
 
 def test_it_lists_the_example_nodes_with_a_resource_version(sim_cluster):

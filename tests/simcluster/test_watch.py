@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client, watch
 
-from tests.queues.cluster.sim.manifests import gpu_job
+from tests.simcluster.manifests import gpu_job
 
 NS = "team-vision"
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from queues.cluster.sim.clock import rfc3339_micro
-from queues.cluster.sim.objects import COMPLETION_INDEX
+from simcluster.clock import rfc3339_micro
+from simcluster.objects import COMPLETION_INDEX
 
 STEP_SECONDS = 30.0
 MAX_STEPS = 20

@@ -1,6 +1,6 @@
 """The Job controller's bookkeeping and decisions, as pure functions over :class:`JobRun`.
 
-:class:`~queues.cluster.sim.cluster.SimCluster` acts on them (creates and deletes pods, records
+:class:`~simcluster.cluster.SimCluster` acts on them (creates and deletes pods, records
 events); here is only *what* a Job needs: whether it failed or succeeded, which pods it lacks,
 and the ``status`` it reports — the way Kubernetes ≥ 1.31's Job controller does it.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from queues.cluster.sim.clock import rfc3339
-from queues.cluster.sim.kubelet import PodRun
+from simcluster.clock import rfc3339
+from simcluster.kubelet import PodRun
 
 BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
 DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")

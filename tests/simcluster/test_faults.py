@@ -9,7 +9,7 @@ import pytest
 import urllib3
 from kubernetes import client, watch
 
-from tests.queues.cluster.sim.manifests import H100, gpu_job
+from tests.simcluster.manifests import H100, gpu_job
 
 NS = "team-nlp"
 

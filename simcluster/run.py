@@ -1,5 +1,4 @@
-"""Starting the simulated cluster in the foreground (for ``manage.py simcluster`` and
-``python -m queues.cluster.sim``)."""
+"""Starting the simulated cluster in the foreground (for ``python -m simcluster``)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from queues.cluster.sim.cluster import SimCluster
-from queues.cluster.sim.server import SimServer
+from simcluster.cluster import SimCluster
+from simcluster.server import SimServer
 
 DEFAULT_PORT = 6443
 logger = logging.getLogger(__name__)

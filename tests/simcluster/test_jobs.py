@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from kubernetes import client
 
-from tests.queues.cluster.sim.manifests import A100, gpu_job
+from tests.simcluster.manifests import A100, gpu_job
 
 NS = "team-nlp"
 
