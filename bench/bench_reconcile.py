@@ -258,7 +258,7 @@ def running_jobs(count: int, finishing: list[tuple[int, int]], now: datetime) ->
 def manifests_of(jobs: list[Any]) -> list[dict[str, Any]]:
     from queues.cluster.manifests import job_manifest
     from queues.models import Job
-    from queues.reconcile import launch_spec
+    from queues.reconcile.plan import launch_spec
 
     loaded = Job.objects.filter(pk__in=[j.pk for j in jobs]).select_related(
         "team", "queue", "gpu_class"
@@ -269,8 +269,8 @@ def manifests_of(jobs: list[Any]) -> list[dict[str, Any]]:
 def make_changes(changes: int, *, finishing_after: float, sim: SimControl, rng: random.Random):
     """``changes`` since the last cycle: half finished in the cluster (their pods' run time
     passes), a quarter cancelled by their owners, a quarter new submissions."""
+    from queues.jobs.services import job_cancel
     from queues.models import CapabilityClass, Job, JobState, Queue, Team
-    from queues.services import job_cancel
 
     finish = changes // 2
     cancel = changes // 4
@@ -340,7 +340,7 @@ def measured_cycle(
 ):
     from django.db import connection
 
-    from queues.reconcile import reconcile_cycle
+    from queues.reconcile.cycle import reconcile_cycle
 
     spent.clear()
     queries = [0]
@@ -454,7 +454,7 @@ def main() -> None:
             # Settle before the next set: admitted pods start, cancelled pods go.
             sim.advance(40)
             elapsed += 40
-            from queues.reconcile import reconcile_cycle
+            from queues.reconcile.cycle import reconcile_cycle
 
             settle(mirror)
             reconcile_cycle(cluster=cluster, now=sim.now(), mirror=mirror)

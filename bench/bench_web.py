@@ -490,7 +490,7 @@ def main() -> None:
         estimates_create()
         from django.utils import timezone
 
-        from queues.services import queue_stats_refresh
+        from queues.catalog.services import queue_stats_refresh
 
         queue_stats_refresh(now=timezone.now())  # as every reconcile does
         with connection.cursor() as cursor:

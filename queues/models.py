@@ -1,5 +1,5 @@
 """GPU Portal's domain: GPU and capability classes, queues, teams, quotas, reservations, nodes,
-jobs.
+jobs, usage intervals and rate cards.
 
 Units: every quota, limit and amount is in GPU-equivalents (a whole GPU is 1, a MIG slice its
 share, a time-slice replica 1/replicas), stored as Decimal with three decimals. What must never
@@ -113,6 +113,14 @@ class GpuClass(models.Model):
 
     def mig_share(self, profile: str) -> Fraction:
         return parse_share(self.mig_profiles[profile])
+
+    def device_share(self, mig_profile: str, replicas: int) -> Fraction:
+        """GPU-equivalents of one device of this class: a MIG slice its share of the GPU, a
+        time-slice replica 1 / the node's replicas, a whole GPU 1. The one rule for a pod's
+        share, used by admission, the catalog's free counts and usage intervals alike."""
+        if mig_profile and mig_profile in self.mig_profiles:
+            return self.mig_share(mig_profile)
+        return Fraction(1, replicas)
 
 
 class CapabilityClass(models.Model):
@@ -673,3 +681,61 @@ class QueueStats(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.pending} pending, {self.running} running"
+
+
+# --- Rate cards: what a GPU-hour of each class is worth ---------------------------------------
+
+
+class RateCardQuerySet(models.QuerySet):
+    def in_force(self, at: datetime) -> RateCard | None:
+        """The rate card in force at ``at``: the latest whose ``effective_from`` is not after it."""
+        return self.filter(effective_from__lte=at).order_by("-effective_from").first()
+
+
+class RateCard(models.Model):
+    """Price per normalized GPU-hour from ``effective_from`` until the next card takes over.
+
+    Effective-dated and never rewritten (bills already computed depend on it). The weights per
+    GPU class live only here: fair share and chargeback both read them."""
+
+    effective_from = models.DateTimeField(unique=True)
+    currency = models.CharField(max_length=3)
+    price_per_normalized_gpu_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    note = models.CharField(max_length=200, blank=True)
+
+    objects = RateCardQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-effective_from"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(price_per_normalized_gpu_hour__gte=0),
+                name="rate_card_price_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(currency__regex=r"^[A-Z]{3}$"), name="rate_card_currency_iso_code"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"rate card from {self.effective_from:%Y-%m-%d %H:%M} UTC ({self.currency})"
+
+
+class RateCardWeight(models.Model):
+    """A GPU class's billing weight (its accelerator value) on one rate card."""
+
+    rate_card = models.ForeignKey(RateCard, on_delete=models.CASCADE, related_name="weights")
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.PROTECT, related_name="rate_weights")
+    weight = models.DecimalField(max_digits=8, decimal_places=3)
+
+    class Meta:
+        ordering = ["rate_card", "gpu_class__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["rate_card", "gpu_class"], name="rate_weight_one_per_card_class"
+            ),
+            models.CheckConstraint(condition=Q(weight__gt=0), name="rate_weight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_class}: ×{self.weight}"

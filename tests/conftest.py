@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from portal.models import ApiToken
 from portal.roles import FINANCE_GROUP
-from queues.services import policy_apply
+from queues.policy.apply import policy_apply
 from tests.sim import sim_cluster, sim_cluster_factory  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,18 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from chargeback.models import RateCard, RateCardWeight
-from queues.models import CapabilityClass, GpuClass, Job, Node, Queue, Quota, Reservation, Team
+from queues.models import (
+    CapabilityClass,
+    GpuClass,
+    Job,
+    Node,
+    Queue,
+    Quota,
+    RateCard,
+    RateCardWeight,
+    Reservation,
+    Team,
+)
 
 
 class UserFactory(factory.django.DjangoModelFactory):

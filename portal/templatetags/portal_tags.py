@@ -10,7 +10,7 @@ from django import template
 from django.utils.html import conditional_escape
 from django.utils.safestring import SafeString, mark_safe
 
-from queues.policy import format_duration
+from portal.formatting import format_duration
 
 register = template.Library()
 

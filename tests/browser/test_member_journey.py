@@ -16,9 +16,11 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import Dialog, Page, expect
 
 from queues.cluster.adapter import Cluster
+from queues.jobs.requests import JobRequest
+from queues.jobs.services import job_submit
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
-from queues.reconcile import CycleReport, reconcile_cycle
-from queues.services import JobRequest, job_submit
+from queues.reconcile.cycle import reconcile_cycle
+from queues.reconcile.view import CycleReport
 from tests.sim import SimClusterHandle
 
 pytestmark = pytest.mark.browser

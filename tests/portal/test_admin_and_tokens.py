@@ -38,11 +38,11 @@ def test_every_model_has_a_working_list_and_add_page(superuser_client, model):
 
 
 def test_a_stored_rate_card_is_read_only_in_the_admin(superuser_client):
-    from chargeback.models import RateCard
+    from queues.models import RateCard
 
     card = RateCard.objects.get()
 
-    page = superuser_client.get(reverse("admin:chargeback_ratecard_change", args=[card.pk]))
+    page = superuser_client.get(reverse("admin:queues_ratecard_change", args=[card.pk]))
 
     assert page.status_code == 200
     assert b'name="price_per_normalized_gpu_hour"' not in page.content

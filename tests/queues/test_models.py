@@ -196,7 +196,7 @@ def test_rate_cards_have_one_weight_per_class_and_positive_values():
         RateCardWeightFactory,
         (
             "rate_weight_one_per_card_class",
-            "chargeback_ratecardweight.rate_card_id, chargeback_ratecardweight.gpu_class_id",
+            "queues_ratecardweight.rate_card_id, queues_ratecardweight.gpu_class_id",
         ),
         rate_card=weight.rate_card,
         gpu_class=weight.gpu_class,
@@ -214,7 +214,7 @@ def test_the_rate_card_in_force_is_the_latest_that_has_started():
     current = RateCardFactory(effective_from=now - timedelta(days=1))
     RateCardFactory(effective_from=now + timedelta(days=1))
 
-    from chargeback.models import RateCard
+    from queues.models import RateCard
 
     assert RateCard.objects.in_force(now) == current
     assert RateCard.objects.in_force(now - timedelta(days=10)) == old

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from queues.policy import PolicyError
-from queues.services import policy_apply
+from queues.policy.apply import policy_apply
+from queues.policy.parse import PolicyError
 
 
 class Command(BaseCommand):

@@ -5,8 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from queues.policy import dump_policy
-from queues.selectors import policy_current
+from queues.policy.export import dump_policy, policy_current
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from queues.cluster.adapter import cluster_from_settings
 from queues.cluster.mirror import ClusterMirror
-from queues.reconcile import reconcile_cycle
+from queues.reconcile.cycle import reconcile_cycle
 
 
 class Command(BaseCommand):

@@ -7,8 +7,9 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.roles import FINANCE_GROUP
+from queues.jobs.requests import JobRequest
+from queues.jobs.services import job_submit
 from queues.models import CapabilityClass, Job, Queue, Team
-from queues.services import JobRequest, job_submit
 
 # Demo logins for a local demo database only; `make demo` prints them.
 DEMO_PASSWORD = "demo-portal"

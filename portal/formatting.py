@@ -1,0 +1,61 @@
+"""How durations, times and values are written and read, the same everywhere: pages, the API,
+policy files and their diffs."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(value: Any) -> timedelta:
+    """``"90s"``, ``"15m"``, ``"4h"``, ``"1h30m"``, ``"7d"`` or a number of seconds → timedelta."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration like '4h' or '30m'")
+    if isinstance(value, int):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        match = _DURATION.match(value.strip())
+        if match and any(match.groups()):
+            days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    raise ValueError(f"{value!r} is not a duration like '4h', '30m' or '1h30m'")
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest canonical spelling ``parse_duration`` reads back: 5400 s → ``"1h30m"``."""
+    total = int(value.total_seconds())
+    if total == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        amount, total = divmod(total, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts)
+
+
+def format_datetime(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def display(value: Any) -> str:
+    """A policy value as people read it in a diff."""
+    if value is None:
+        return "—"
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, datetime):
+        return format_datetime(value)
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f")
+    if isinstance(value, list):
+        return "[" + ", ".join(display(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == "":
+        return '""'
+    return str(value)

@@ -1,0 +1,49 @@
+"""REST endpoints of the catalog. Thin: visibility comes from selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import viewsets
+
+from queues.catalog.selectors import queues_visible_to
+from queues.catalog.serializers import (
+    CapabilityClassSerializer,
+    GpuClassSerializer,
+    QueueSerializer,
+)
+from queues.models import CapabilityClass, GpuClass
+
+
+class QueueViewSet(viewsets.ReadOnlyModelViewSet):
+    """Queues the caller's teams may submit to, with their published service terms."""
+
+    serializer_class = QueueSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9.-]+"
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        return queues_visible_to(self.request.user).order_by("-priority", "name")
+
+
+class GpuClassViewSet(viewsets.ReadOnlyModelViewSet):
+    """The GPU classes the cluster offers."""
+
+    serializer_class = GpuClassSerializer
+    queryset = GpuClass.objects.active().order_by("tier", "name")
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9.-]+"
+
+
+class CapabilityClassViewSet(viewsets.ReadOnlyModelViewSet):
+    """Capability classes, each with the GPU classes it resolves to and why not the others."""
+
+    serializer_class = CapabilityClassSerializer
+    queryset = CapabilityClass.objects.active().order_by("name")
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9.-]+"
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        context["gpu_classes"] = list(GpuClass.objects.active().order_by("tier", "name"))
+        return context

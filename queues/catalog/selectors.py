@@ -1,0 +1,258 @@
+"""Every read the pages, the API and the commands need, with their query counts in mind."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
+
+from portal.roles import is_admin
+from queues.models import (
+    CapabilityClass,
+    GpuClass,
+    Job,
+    JobState,
+    Node,
+    Queue,
+    QueueEstimate,
+    QueueStats,
+    Team,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+# --- The queue catalog ---------------------------------------------------------------------------
+
+
+def queues_visible_to(user: Any) -> QuerySet[Queue]:
+    """Active queues the user may submit to (through a team); admins see every active queue.
+
+    The queryset prefetches what the catalog shows, so listing costs a fixed number of queries.
+    """
+    queues = Queue.objects.active().prefetch_related(
+        Prefetch("allowed_gpu_classes", queryset=GpuClass.objects.order_by("tier", "name")),
+        Prefetch("allowed_capability_classes", queryset=CapabilityClass.objects.order_by("name")),
+        Prefetch("teams", queryset=Team.objects.order_by("name")),
+    )
+    if is_admin(user):
+        return queues
+    return queues.filter(Q(teams__members=user) & Q(teams__active=True)).distinct()
+
+
+def teams_of(user: Any) -> QuerySet[Team]:
+    return Team.objects.active().filter(members=user).order_by("name")
+
+
+# --- Jobs ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One pending job in a queue's plan order, as anyone who may see the queue sees it: other
+    teams' jobs show their shape and reason, not their names, commands or images."""
+
+    position: int | None
+    job: Job
+    mine: bool
+
+    @property
+    def label(self) -> str:
+        return (self.job.name or f"job {self.job.pk}") if self.mine else "another team's job"
+
+
+def queue_pending(queue: Queue, user: Any, *, limit: int = 100) -> tuple[list[QueueEntry], int]:
+    """The first ``limit`` of the queue's pending jobs in plan order (position), those of the
+    user's teams named, and how many wait in all."""
+    teams = set(Team.objects.filter(members=user).values_list("pk", flat=True))
+    pending = Job.objects.filter(queue=queue, state=JobState.PENDING)
+    first = (
+        pending.select_related("team", "capability_class")
+        .defer("command", "args", "env", "image")
+        .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")[:limit]
+    )
+    entries = [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in first]
+    return entries, (pending.count() if len(entries) == limit else len(entries))
+
+
+# --- The catalog's live state --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueLive:
+    """What a queue looks like now: its expected wait for the viewer's teams against its target,
+    historical waits, how many jobs wait and run, and free GPU-equivalents per allowed class."""
+
+    expected_wait: timedelta | None
+    expected_note: str
+    wait_p50: timedelta | None
+    wait_p90: timedelta | None
+    pending: int
+    running: int
+    free: dict[str, Decimal]
+
+    def over_target(self, target: timedelta) -> bool:
+        return self.expected_wait is not None and self.expected_wait > target
+
+
+HISTORY_WINDOW = timedelta(days=14)
+
+
+def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
+    """Nearest-rank percentile (None without data)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
+    """Free GPU-equivalents per GPU class: healthy, in-service capacity minus what pods hold
+    (the portal's and others'). A fixed number of queries, and the database sums the devices
+    held on classes without time-sliced nodes (every reconcile runs this over thousands of
+    running jobs)."""
+    free: dict[str, Fraction] = defaultdict(Fraction)
+    replicas: dict[str, int] = {}
+    sliced: set[int] = set()  # classes with a time-sliced node: a pod's share depends on its node
+    classes = {g.pk: g for g in GpuClass.objects.all()}
+    for (
+        name,
+        class_id,
+        healthy,
+        maintenance,
+        mig_layout,
+        gpu_count,
+        slices,
+        outside,
+    ) in Node.objects.filter(gpu_class__isnull=False).values_list(
+        "name",
+        "gpu_class_id",
+        "healthy",
+        "maintenance",
+        "mig_layout",
+        "gpu_count",
+        "time_slice_replicas",
+        "gpus_used_outside",
+    ):
+        replicas[name] = slices
+        if slices > 1:
+            sliced.add(class_id)
+        if not healthy or maintenance:
+            continue
+        gpu_class = classes[class_id]
+        if mig_layout:
+            capacity = sum(
+                (
+                    n * gpu_class.mig_share(p)
+                    for p, n in mig_layout.items()
+                    if p in gpu_class.mig_profiles
+                ),
+                Fraction(0),
+            )
+        else:
+            capacity = Fraction(gpu_count)
+        free[gpu_class.name] += capacity - Fraction(str(outside))
+
+    def device_share(gpu_class: GpuClass, mig_profile: str, node_replicas: int) -> Fraction:
+        if mig_profile and mig_profile in gpu_class.mig_profiles:
+            return gpu_class.mig_share(mig_profile)
+        return Fraction(1, node_replicas)
+
+    holding = Job.objects.filter(
+        Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
+        gpu_class__isnull=False,
+    ).order_by()
+    for class_id, mig_profile, devices in (
+        holding.exclude(gpu_class_id__in=sliced)
+        .values("gpu_class_id", "mig_profile")
+        .annotate(devices=Sum(F("gpus_per_pod") * F("pods")))
+        .values_list("gpu_class_id", "mig_profile", "devices")
+    ):
+        gpu_class = classes[class_id]
+        free[gpu_class.name] -= devices * device_share(gpu_class, mig_profile, 1)
+    for class_id, mig_profile, gpus_per_pod, pods, nodes in holding.filter(
+        gpu_class_id__in=sliced
+    ).values_list("gpu_class_id", "mig_profile", "gpus_per_pod", "pods", "nodes"):
+        gpu_class = classes[class_id]
+        node_replicas = max((replicas.get(n, 1) for n in nodes), default=1)
+        free[gpu_class.name] -= (
+            gpus_per_pod * pods * device_share(gpu_class, mig_profile, node_replicas)
+        )
+    return {
+        name: (Decimal(max(v, 0).numerator) / Decimal(max(v, 0).denominator)).quantize(
+            Decimal("0.01")
+        )
+        for name, v in free.items()
+    }
+
+
+def queues_live(queues: list[Queue], user: Any, *, now: datetime) -> dict[int, QueueLive]:
+    """The live state of ``queues`` as ``user`` sees it (expected wait: the soonest of their
+    teams'), as of the last reconcile: three queries however many queues and jobs."""
+    ids = [q.pk for q in queues]
+    team_ids = set(Team.objects.filter(members=user).values_list("pk", flat=True))
+    estimates: dict[int, list[tuple[datetime | None, str]]] = defaultdict(list)
+    for queue_id, team_id, start, note in QueueEstimate.objects.filter(
+        queue_id__in=ids
+    ).values_list("queue_id", "team_id", "estimated_start", "note"):
+        if team_id in team_ids or is_admin(user):
+            estimates[queue_id].append((start, note))
+    stats = {st.queue_id: st for st in QueueStats.objects.filter(queue_id__in=ids)}
+    live = {}
+    for queue in queues:
+        known = [s for s, _ in estimates[queue.pk] if s is not None]
+        soonest = min(known) if known else None
+        notes = [n for s, n in estimates[queue.pk] if s is None and n]
+        st = stats.get(queue.pk)
+        free = st.free if st else {}
+        live[queue.pk] = QueueLive(
+            expected_wait=max(soonest - now, timedelta(0)) if soonest else None,
+            expected_note="" if soonest else (notes[0] if notes else "no estimate yet"),
+            wait_p50=st.wait_p50 if st else None,
+            wait_p90=st.wait_p90 if st else None,
+            pending=st.pending if st else 0,
+            running=st.running if st else 0,
+            free={g.name: Decimal(free.get(g.name, "0")) for g in queue.allowed_gpu_classes.all()},
+        )
+    return live
+
+
+def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
+    """Every active queue's numbers for ``QueueStats`` (the reconcile stores them)."""
+    queues = list(Queue.objects.active().prefetch_related("allowed_gpu_classes"))
+    ids = [q.pk for q in queues]
+    counts: dict[tuple[int, str], int] = {
+        (row["queue_id"], row["state"]): row["n"]
+        for row in Job.objects.filter(
+            queue_id__in=ids, state__in=(JobState.PENDING, JobState.RUNNING)
+        )
+        .values("queue_id", "state")
+        .annotate(n=Count("id"))
+    }
+    waits: dict[int, list[timedelta]] = defaultdict(list)
+    for queue_id, submitted, admitted in (
+        Job.objects.filter(queue_id__in=ids, admitted_at__gte=now - HISTORY_WINDOW)
+        .order_by()
+        .values_list("queue_id", "submitted_at", "admitted_at")
+    ):
+        waits[queue_id].append(admitted - submitted)
+    free = free_gpu_equivalents(now)
+    return {
+        q.pk: {
+            "free": {
+                g.name: str(free.get(g.name, Decimal(0))) for g in q.allowed_gpu_classes.all()
+            },
+            "wait_p50": percentile(waits[q.pk], 0.5),
+            "wait_p90": percentile(waits[q.pk], 0.9),
+            "pending": counts.get((q.pk, JobState.PENDING), 0),
+            "running": counts.get((q.pk, JobState.RUNNING), 0),
+        }
+        for q in queues
+    }

@@ -1,0 +1,47 @@
+"""HTML pages of the queue catalog. Thin: they ask selectors and render."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from queues.catalog.selectors import queue_pending, queues_live, queues_visible_to, teams_of
+
+
+@login_required
+def catalog(request: HttpRequest) -> HttpResponse:
+    queues = list(queues_visible_to(request.user))
+    live = queues_live(queues, request.user, now=timezone.now())
+    return render(
+        request,
+        "queues/catalog.html",
+        {
+            "queues": [(queue, live[queue.pk]) for queue in queues],
+            "my_teams": teams_of(request.user),
+        },
+    )
+
+
+@login_required
+def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
+    queue = get_object_or_404(queues_visible_to(request.user), name=name)
+    allowed = list(queue.allowed_gpu_classes.all())
+    capabilities = [
+        (capability, capability.resolve(allowed))
+        for capability in queue.allowed_capability_classes.all()
+    ]
+    pending, pending_total = queue_pending(queue, request.user)
+    return render(
+        request,
+        "queues/queue_detail.html",
+        {
+            "queue": queue,
+            "capabilities": capabilities,
+            "my_teams": teams_of(request.user),
+            "live": queues_live([queue], request.user, now=timezone.now())[queue.pk],
+            "pending": pending,
+            "pending_total": pending_total,
+        },
+    )

@@ -1,0 +1,131 @@
+"""The submit preview: a dry run of one request through the same engine, nothing saved."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from queues import admission as engine
+from queues.jobs.requests import JobRequest, job_request_errors
+from queues.jobs.selectors import hourly_cost
+from queues.reconcile.snapshot import snapshot_build
+
+PREVIEW_JOB_ID = 0  # no stored job has id 0
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What would happen to a request submitted now."""
+
+    errors: dict[str, list[str]]
+    starts_now: bool = False
+    gpu_class: str = ""
+    capacity: str = ""
+    estimated_start: datetime | None = None
+    why_unknown: str = ""
+    reasons: tuple[engine.PendingReason, ...] = ()
+    alternatives: tuple[engine.Alternative, ...] = ()
+    cost_per_hour: Decimal | None = None
+    currency: str = ""
+
+    @property
+    def binding(self) -> engine.PendingReason | None:
+        return self.reasons[0] if self.reasons else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "errors": self.errors,
+            "starts_now": self.starts_now,
+            "gpu_class": self.gpu_class or None,
+            "capacity": self.capacity or None,
+            "estimated_start": self.estimated_start.isoformat() if self.estimated_start else None,
+            "why_unknown": self.why_unknown,
+            "reasons": [r.to_dict() for r in self.reasons],
+            "alternatives": [a.to_dict() for a in self.alternatives],
+            "cost_per_hour": str(self.cost_per_hour) if self.cost_per_hour is not None else None,
+            "currency": self.currency or None,
+        }
+
+
+def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
+    """Would ``request`` start now, or when, on which GPU class, why it would wait, what would
+    start it sooner, and what it costs per hour. Invalid requests return their errors only."""
+    errors = job_request_errors(request)
+    if errors:
+        return Preview(errors=errors)
+    now = now or timezone.now()
+    probe = engine.PendingJob(
+        id=PREVIEW_JOB_ID,
+        queue=request.queue.name,
+        team=request.team.name,
+        user=request.owner.get_username(),
+        capability=request.capability_class.name,
+        submitted_at=now,
+        pods=request.pods,
+        gpus_per_pod=request.gpus_per_pod,
+        memory_gb=request.declared_gpu_memory_gb,
+        runtime_limit=request.runtime,
+        priority=request.job_priority,
+        cpu_millicores=request.cpu_millicores_per_pod,
+        memory_mib=request.memory_mib_per_pod,
+    )
+    snapshot = snapshot_build(now=now)
+    snapshot = dataclasses.replace(snapshot, pending=(*snapshot.pending, probe))
+    plan = engine.plan(snapshot)
+    admission = plan.admission(PREVIEW_JOB_ID)
+    if admission is not None:
+        cost = hourly_cost(gpu_class=admission.gpu_class, gpu_equivalents=admission.gpu_eq, at=now)
+        return Preview(
+            errors={},
+            starts_now=True,
+            gpu_class=admission.gpu_class,
+            capacity=admission.capacity.value,
+            estimated_start=now,
+            cost_per_hour=cost.amount if cost else None,
+            currency=cost.currency if cost else "",
+        )
+    status = plan.status(PREVIEW_JOB_ID)
+    explanation = engine.explain(snapshot, PREVIEW_JOB_ID)
+    cheapest = _cheapest_class(request, snapshot)
+    cost = (
+        hourly_cost(gpu_class=cheapest, gpu_equivalents=request.gpu_equivalents, at=now)
+        if cheapest
+        else None
+    )
+    return Preview(
+        errors={},
+        gpu_class=cheapest,
+        estimated_start=status.estimated_start.at if status else None,
+        why_unknown=status.estimated_start.why_unknown if status else "",
+        reasons=status.reasons if status else (),
+        alternatives=explanation.alternatives,
+        cost_per_hour=cost.amount if cost else None,
+        currency=cost.currency if cost else "",
+    )
+
+
+def _cheapest_class(request: JobRequest, snapshot: engine.Snapshot) -> str:
+    """The least valuable GPU class the request resolves to in its queue ("" if none)."""
+    allowed = set(request.queue.allowed_gpu_classes.values_list("name", flat=True))
+    classes = sorted(
+        (g for g in snapshot.gpu_classes if g.name in allowed), key=lambda g: (g.weight, g.name)
+    )
+    matches = engine.resolve_capability(
+        request.capability_class.request(), [g.spec for g in classes]
+    )
+    return matches.matches[0] if matches.matches else ""
+
+
+def job_alternatives(*, job_id: int, now: datetime | None = None) -> tuple[engine.Alternative, ...]:
+    """Other queues and capability classes that would start a pending job sooner (on demand:
+    each is a full plan). Empty when the job is not pending or nothing would be sooner."""
+    snapshot = snapshot_build(now=now or timezone.now())
+    try:
+        return engine.explain(snapshot, job_id).alternatives
+    except KeyError:
+        return ()

@@ -1,0 +1,177 @@
+"""Reads of jobs: who sees which, their logs and their cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import QuerySet
+
+from portal.roles import is_admin
+from queues.models import (
+    Job,
+    RateCard,
+    RateCardWeight,
+    UsageInterval,
+)
+
+if TYPE_CHECKING:
+    from queues.cluster.adapter import Cluster
+
+
+from queues.rates import cost_per_hour, rate
+
+
+def jobs_visible_to(user: Any) -> QuerySet[Job]:
+    """Jobs of the user's teams (admins: every job). Anything else is "not found", not
+    "forbidden": a job's existence is itself team business."""
+    jobs = Job.objects.select_related("owner", "team", "queue", "capability_class", "gpu_class")
+    if is_admin(user):
+        return jobs
+    return jobs.filter(team__members=user)
+
+
+def job_for(user: Any, job_id: int) -> Job | None:
+    """The job if the user may see it, else None."""
+    return jobs_visible_to(user).filter(pk=job_id).first()
+
+
+def may_cancel(user: Any, job: Job) -> bool:
+    """Only the job's owner or an admin may cancel it."""
+    return is_admin(user) or job.owner_id == user.pk
+
+
+@dataclass(frozen=True)
+class PodLog:
+    """The last lines of one pod's log (empty before the container starts or after it is gone)."""
+
+    pod: str
+    node: str
+    phase: str
+    lines: list[str]
+
+
+def job_pod_logs(job: Job, *, tail_lines: int = 50, cluster: Cluster | None = None) -> list[PodLog]:
+    """The last ``tail_lines`` lines of each of the job's pods, pods by name.
+
+    A job that never reached the cluster (no Kubernetes Job name) has none, and the cluster is
+    not asked. Otherwise one list request plus one log request per pod, on ``cluster`` or on the
+    one the settings name (connected and closed here). Raises ``ClusterUnreachable`` when the
+    cluster does not answer or cannot be configured."""
+    if not job.k8s_job_name:
+        return []
+    if cluster is None:
+        from kubernetes.config.config_exception import ConfigException
+
+        from queues.cluster.adapter import ClusterUnreachable, cluster_from_settings
+
+        try:
+            connected = cluster_from_settings()
+        except ConfigException as exc:
+            raise ClusterUnreachable(f"no usable cluster configuration: {exc}") from exc
+        try:
+            return job_pod_logs(job, tail_lines=tail_lines, cluster=connected)
+        finally:
+            connected.close()
+    namespace = job.team.namespace
+    pods = sorted(cluster.pods_of_job(namespace, job.pk), key=lambda p: p["metadata"]["name"])
+    logs = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        text = cluster.pod_log(namespace, name, tail_lines=tail_lines)
+        logs.append(
+            PodLog(
+                pod=name,
+                node=(pod.get("spec") or {}).get("nodeName") or "",
+                phase=(pod.get("status") or {}).get("phase") or "",
+                lines=text.splitlines()[-tail_lines:] if text else [],
+            )
+        )
+    return logs
+
+
+@dataclass(frozen=True)
+class HourlyCost:
+    amount: Decimal
+    currency: str
+    weight: Decimal
+    price_per_normalized_gpu_hour: Decimal
+
+
+def hourly_cost(
+    *, gpu_class: str, gpu_equivalents: Fraction | Decimal | int, at: datetime
+) -> HourlyCost | None:
+    """Cost per hour of holding ``gpu_equivalents`` of ``gpu_class`` under the card in force at
+    ``at``; None when no card is in force or it does not weigh the class."""
+    card = RateCard.objects.in_force(at)
+    if card is None:
+        return None
+    weight = (
+        RateCardWeight.objects.filter(rate_card=card, gpu_class__name=gpu_class)
+        .values_list("weight", flat=True)
+        .first()
+    )
+    if weight is None:
+        return None
+    return HourlyCost(
+        amount=cost_per_hour(
+            gpu_equivalents=gpu_equivalents,
+            weight=weight,
+            price=card.price_per_normalized_gpu_hour,
+        ),
+        currency=card.currency,
+        weight=weight,
+        price_per_normalized_gpu_hour=card.price_per_normalized_gpu_hour,
+    )
+
+
+@dataclass(frozen=True)
+class CostSoFar:
+    amount: Decimal
+    normalized_gpu_hours: Decimal
+    currency: str
+    running: bool  # some of its pods still hold GPUs
+
+
+def job_cost_so_far(job: Any, *, now: datetime) -> CostSoFar | None:
+    """What a job's usage intervals have cost up to ``now`` (open ones count until now), each
+    rated by the card in force when it started; None before it held any GPU or without a card."""
+    intervals = list(UsageInterval.objects.filter(job=job))
+    if not intervals:
+        return None
+    # Rate cards are few: read them once, not per interval.
+    cards = list(RateCard.objects.order_by("-effective_from").prefetch_related("weights"))
+    total = Decimal(0)
+    normalized = Decimal(0)
+    currency = ""
+    for interval in intervals:
+        card = next((c for c in cards if c.effective_from <= interval.started_at), None)
+        weight = (
+            next(
+                (w.weight for w in card.weights.all() if w.gpu_class_id == interval.gpu_class_id),
+                None,
+            )
+            if card
+            else None
+        )
+        if card is None or weight is None:
+            return None
+        rating = rate(
+            held=(interval.ended_at or now) - interval.started_at,
+            devices=interval.devices,
+            share=interval.share,
+            weight=weight,
+            price=card.price_per_normalized_gpu_hour,
+        )
+        total += rating.cost
+        normalized += rating.normalized_gpu_hours
+        currency = card.currency
+    return CostSoFar(
+        amount=total.quantize(Decimal("0.01")),
+        normalized_gpu_hours=normalized.quantize(Decimal("0.001")),
+        currency=currency,
+        running=any(i.ended_at is None for i in intervals),
+    )

@@ -1,0 +1,380 @@
+"""API representations of jobs: the submission body (also the preview's), the job, its timeline,
+its logs, the preview and a checkpoint report.
+
+Serializers only adapt: they turn names into objects and text into values, and refuse what is not
+well-formed (an unknown team, a shell string for a command, an environment variable name the
+cluster would refuse). Whether a request keeps its queue's terms is ``job_request_errors``'s
+business, and its messages reach the client unchanged under their field names.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.formatting import format_duration, parse_duration
+from queues.admission.reasons import ReasonCode
+from queues.catalog.serializers import DurationText
+from queues.jobs.requests import JobRequest
+from queues.models import CapabilityClass, Job, JobEvent, JobState, Queue, Team
+
+# Columns are 32-bit on PostgreSQL; larger numbers would fail in the database, not here.
+INT_MAX = 2_147_483_647
+# Kubernetes' long-standing rule for environment variable names (every version accepts it).
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+RESERVED_ENV_PREFIX = "GPUPORTAL_"
+MAX_LIST_ITEMS = 256
+MAX_BATCH = 500  # submissions in one POST /api/jobs/batch/
+# Far beyond any queue's maximum; only keeps a duration storable (microseconds in 64 bits).
+MAX_DURATION = timedelta(days=10000)
+MAX_ITEM_LENGTH = 4096
+NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "example": "4h", "description": "90s, 15m, 4h, 1h30m, 7d"},
+            {"type": "integer", "minimum": 1, "description": "seconds"},
+        ]
+    }
+)
+class DurationInput(serializers.Field):
+    """A duration given as the policy writes it (``"4h"``, ``"1h30m"``) or as whole seconds;
+    answered as text. Zero, negative and malformed values are refused."""
+
+    default_error_messages = {
+        "invalid": "a duration like 4h, 30m or 1h30m, or a number of seconds",
+        "not_positive": "must be longer than 0s",
+        "too_long": "must be at most 10000d",
+    }
+
+    def to_internal_value(self, data: Any) -> timedelta:
+        if not isinstance(data, int | str) or isinstance(data, bool):
+            self.fail("invalid")
+        if isinstance(data, int) and abs(data) > MAX_DURATION.total_seconds():
+            self.fail("too_long" if data > 0 else "not_positive")
+        try:
+            value = parse_duration(data)
+        except (ValueError, OverflowError):
+            self.fail("invalid")
+        if value <= timedelta(0):
+            self.fail("not_positive")
+        if value > MAX_DURATION:
+            self.fail("too_long")
+        return value
+
+    def to_representation(self, value: timedelta) -> str:
+        return format_duration(value)
+
+
+@extend_schema_field({"type": "string", "example": "4h"})
+class DurationOutput(DurationText):
+    """A duration as the policy writes it (``"4h"``, ``"1h30m"``)."""
+
+
+class _NameField(serializers.SlugRelatedField):
+    """An object by its name; text that cannot be a name (a NUL byte, say, which PostgreSQL
+    refuses in a query) is "no such name" without asking the database. A name is looked up
+    once per request body: the submissions of a batch mostly share team, queue and class."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, str) or not NAME.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:100])
+        found = self.context.setdefault("_names", {})
+        key = (self.queryset.model, data)
+        if key not in found:
+            found[key] = super().to_internal_value(data)
+        return found[key]
+
+
+def _named(model: type[Any], what: str) -> serializers.SlugRelatedField:
+    return _NameField(
+        slug_field="name",
+        queryset=model.objects.active(),
+        error_messages={"does_not_exist": f"no {what} named {{value}}"},
+        help_text=f"The {what}'s name.",
+    )
+
+
+def _strings(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=MAX_ITEM_LENGTH
+        ),
+        required=False,
+        max_length=MAX_LIST_ITEMS,
+        error_messages={"not_a_list": "a list of strings, never a shell string"},
+        help_text=help_text,
+    )
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """A submission (and a preview's request). Turns into a ``JobRequest`` with ``to_request``;
+    the queue's terms are checked by the service, not here."""
+
+    team = _named(Team, "team")
+    queue = _named(Queue, "queue")
+    capability_class = _named(CapabilityClass, "capability class")
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    pods = serializers.IntegerField(
+        required=False, default=1, max_value=INT_MAX, help_text="Pods of the gang (all or none)."
+    )
+    gpus_per_pod = serializers.IntegerField(
+        required=False,
+        default=1,
+        max_value=INT_MAX,
+        help_text="Devices per pod: whole GPUs, MIG slices or time-slice replicas.",
+    )
+    cpu_millicores_per_pod = serializers.IntegerField(
+        required=False, default=1000, min_value=1, max_value=INT_MAX
+    )
+    memory_mib_per_pod = serializers.IntegerField(
+        required=False, default=4096, min_value=1, max_value=INT_MAX
+    )
+    declared_gpu_memory_gb = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        max_value=INT_MAX,
+        help_text="GPU memory the job uses; required on time-sliced queues.",
+    )
+    runtime_limit = DurationInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Defaults to the queue's default runtime.",
+    )
+    image = serializers.CharField(max_length=500, allow_blank=True, trim_whitespace=False)
+    command = _strings("The program and its arguments as a list (the image's entrypoint if empty).")
+    args = _strings("More arguments, as a list.")
+    env = serializers.DictField(
+        child=serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=MAX_ITEM_LENGTH
+        ),
+        required=False,
+        help_text="Environment variables, name → value.",
+    )
+    checkpoint_interval = DurationInput(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Defaults to the queue's where the queue may preempt.",
+    )
+    priority = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=-INT_MAX,
+        max_value=INT_MAX,
+        help_text="Within the queue's bounds; defaults to the queue's default.",
+    )
+
+    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_LIST_ITEMS:
+            raise serializers.ValidationError(f"at most {MAX_LIST_ITEMS} variables")
+        problems = []
+        for name in value:
+            if not ENV_NAME.match(name):
+                problems.append(
+                    f"{name!r} is not a valid variable name (letters, digits, '_', '-', '.'; "
+                    "not starting with a digit)"
+                )
+            elif name.startswith(RESERVED_ENV_PREFIX):
+                problems.append(f"{name} is reserved: the portal sets {RESERVED_ENV_PREFIX}…")
+        if problems:
+            raise serializers.ValidationError(problems)
+        return value
+
+    def to_request(self, *, owner: Any) -> JobRequest:
+        """The validated body as the service's request, submitted by ``owner``."""
+        return self.request_of(self.validated_data, owner=owner)
+
+    @staticmethod
+    def request_of(data: dict[str, Any], *, owner: Any) -> JobRequest:
+        return JobRequest(
+            owner=owner,
+            team=data["team"],
+            queue=data["queue"],
+            capability_class=data["capability_class"],
+            name=data["name"],
+            image=data["image"],
+            command=list(data.get("command", [])),
+            args=list(data.get("args", [])),
+            env=dict(data.get("env", {})),
+            pods=data["pods"],
+            gpus_per_pod=data["gpus_per_pod"],
+            cpu_millicores_per_pod=data["cpu_millicores_per_pod"],
+            memory_mib_per_pod=data["memory_mib_per_pod"],
+            declared_gpu_memory_gb=data["declared_gpu_memory_gb"],
+            runtime_limit=data["runtime_limit"],
+            checkpoint_interval=data["checkpoint_interval"],
+            priority=data["priority"],
+        )
+
+
+class JobBatchSubmitSerializer(serializers.Serializer):
+    """Several submissions at once (a sweep): each as ``POST /api/jobs/`` takes one."""
+
+    jobs = JobSubmitSerializer(
+        many=True, allow_empty=False, max_length=MAX_BATCH, help_text=f"1 to {MAX_BATCH} jobs."
+    )
+
+    def to_requests(self, *, owner: Any) -> list[JobRequest]:
+        return [
+            JobSubmitSerializer.request_of(item, owner=owner)
+            for item in self.validated_data["jobs"]
+        ]
+
+
+class PendingReasonSerializer(serializers.Serializer):
+    """Why a pending or admitted job is not running: the code is API, the message for people."""
+
+    code = serializers.ChoiceField(choices=[c.value for c in ReasonCode])
+    message = serializers.CharField()
+    details = serializers.DictField(help_text="The message's numbers as plain JSON values.")
+    hint = serializers.CharField(allow_blank=True, help_text="What you can do; may be empty.")
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as its team sees it: the request, where it stands and what happened to it.
+
+    Reads only the job's row and its foreign keys (owner, team, queue, capability class, GPU
+    class), so a list of them costs no query per job when those are joined."""
+
+    owner = serializers.CharField(source="owner.get_username", read_only=True)
+    team = serializers.CharField(source="team.name", read_only=True)
+    queue = serializers.CharField(source="queue.name", read_only=True)
+    capability_class = serializers.CharField(source="capability_class.name", read_only=True)
+    gpu_class = serializers.CharField(source="gpu_class.name", read_only=True, allow_null=True)
+    state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
+    runtime_limit = DurationOutput(read_only=True)
+    checkpoint_interval = DurationOutput(read_only=True, allow_null=True)
+    nodes = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The node of each pod."
+    )
+    command = serializers.ListField(child=serializers.CharField(allow_blank=True), read_only=True)
+    args = serializers.ListField(child=serializers.CharField(allow_blank=True), read_only=True)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True), read_only=True)
+    pending_reasons = PendingReasonSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "team",
+            "queue",
+            "capability_class",
+            "pods",
+            "gpus_per_pod",
+            "mig_profile",
+            "cpu_millicores_per_pod",
+            "memory_mib_per_pod",
+            "declared_gpu_memory_gb",
+            "image",
+            "command",
+            "args",
+            "env",
+            "runtime_limit",
+            "checkpoint_interval",
+            "priority",
+            "state",
+            "terminating",
+            "pending_reasons",
+            "estimated_start",
+            "estimated_start_note",
+            "position",
+            "queue_length",
+            "gpu_class",
+            "nodes",
+            "capacity_kind",
+            "k8s_job_name",
+            "attempts",
+            "rollbacks",
+            "not_before",
+            "exit_code",
+            "failure_reason",
+            "submitted_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "last_checkpoint_at",
+        ]
+        read_only_fields = fields
+
+
+class JobBatchSerializer(serializers.Serializer):
+    """The jobs a batch stored, in the order they were given."""
+
+    jobs = JobSerializer(many=True, read_only=True)
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    """One entry of a job's timeline."""
+
+    details = serializers.DictField(read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["at", "kind", "message", "details"]
+        read_only_fields = fields
+
+
+class PodLogSerializer(serializers.Serializer):
+    pod = serializers.CharField()
+    node = serializers.CharField(allow_blank=True, help_text="Empty until the pod is scheduled.")
+    phase = serializers.CharField(allow_blank=True)
+    lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
+
+
+class JobLogsSerializer(serializers.Serializer):
+    """The last lines of each pod's log, pods by name."""
+
+    pods = PodLogSerializer(many=True)
+
+
+class LogsQuerySerializer(serializers.Serializer):
+    tail = serializers.IntegerField(
+        min_value=1, max_value=1000, default=50, help_text="Lines per pod, from the end."
+    )
+
+
+class AlternativeSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    capability = serializers.CharField()
+    starts_at = serializers.DateTimeField()
+    admitted_now = serializers.BooleanField()
+
+
+class PreviewSerializer(serializers.Serializer):
+    """What would happen to the request if it were submitted now (nothing is stored)."""
+
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Always empty here: a request that breaks its queue's terms is a 400.",
+    )
+    starts_now = serializers.BooleanField()
+    gpu_class = serializers.CharField(allow_null=True)
+    capacity = serializers.CharField(
+        allow_null=True, help_text="nominal, borrowed or reserved, when it starts now."
+    )
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    why_unknown = serializers.CharField(allow_blank=True)
+    reasons = PendingReasonSerializer(many=True, help_text="The binding reason first.")
+    alternatives = AlternativeSerializer(many=True, help_text="Soonest first.")
+    cost_per_hour = serializers.CharField(
+        allow_null=True, help_text="A decimal number as text: currency per hour on gpu_class."
+    )
+    currency = serializers.CharField(allow_null=True)
+
+
+class CheckpointSerializer(serializers.Serializer):
+    recorded = serializers.BooleanField()
+    at = serializers.DateTimeField()

@@ -1,0 +1,159 @@
+"""Every state change of the queues app. Services are keyword-only and named entity_action."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from queues.jobs.requests import JobRequest, job_request_errors
+from queues.models import (
+    ACTIVE_JOB_STATES,
+    Job,
+    JobEvent,
+    JobState,
+)
+from queues.reconcile.tasks import request_reconcile
+
+# --- Policy as code ------------------------------------------------------------------------------
+
+
+# --- Leases --------------------------------------------------------------------------------------
+
+
+# --- Jobs ----------------------------------------------------------------------------------------
+
+
+class JobNotCancellable(Exception):
+    """The job already finished (or was cancelled)."""
+
+
+def job_cancel(*, job: Job, by: Any) -> Job:
+    """Cancel a pending, admitted, running or preempted job. One that holds or held pods shows
+    ``terminating`` until the reconcile has deleted its Kubernetes Job and the pods are gone.
+    Raises ``JobNotCancellable`` for a job that has already ended."""
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock the row: the reconcile may be moving it (pending → admitted) right now, and
+        # whether pods must be waited for depends on the state it is really in.
+        current = Job.objects.select_for_update().get(pk=job.pk)
+        if current.state not in ACTIVE_JOB_STATES:
+            raise JobNotCancellable(f"job {job.pk} is {current.state}")
+        holds_pods = current.state in (JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.CANCELLED,
+            terminating=holds_pods,
+            finished_at=now,
+            pending_reasons=[],
+            position=None,
+            estimated_start=None,
+        )
+        JobEvent.objects.create(
+            job_id=job.pk, at=now, kind="cancelled", message=f"cancelled by {by.get_username()}"
+        )
+        request_reconcile()
+    job.refresh_from_db()
+    return job
+
+
+class JobRejected(Exception):
+    """The submission breaks the queue's terms; ``errors`` maps each field to its messages."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def job_submit(*, request: JobRequest) -> Job:
+    """Accept a job if it keeps its queue's terms; the job is committed before anything else
+    happens, then a reconcile is requested. Raises ``JobRejected`` naming every field that
+    breaks a term; nothing is stored then."""
+    errors = job_request_errors(request)
+    if errors:
+        raise JobRejected(errors)
+    return _jobs_store([request])[0]
+
+
+class BatchRejected(Exception):
+    """Some submissions of a batch break their queues' terms; ``errors`` maps the position of
+    each refused one (from 0) to its errors by field."""
+
+    def __init__(self, errors: dict[int, dict[str, list[str]]]) -> None:
+        super().__init__(f"{len(errors)} submissions refused (first: #{min(errors)})")
+        self.errors = errors
+
+
+def job_submit_batch(*, requests: list[JobRequest]) -> list[Job]:
+    """Accept every job of a batch (a sweep, say) or none: each is checked against its queue's
+    terms as ``job_submit`` checks one; then all are stored in one transaction and one
+    reconcile is requested. Raises ``BatchRejected`` naming every refused submission."""
+    cache: dict[tuple, Any] = {}
+    errors = {}
+    for index, request in enumerate(requests):
+        if refused := job_request_errors(request, cache=cache):
+            errors[index] = refused
+    if errors:
+        raise BatchRejected(errors)
+    return _jobs_store(requests)
+
+
+def _jobs_store(requests: list[JobRequest]) -> list[Job]:
+    """Store accepted submissions with their ``submitted`` events (one transaction), then ask
+    for a reconcile once it commits."""
+    now = timezone.now()
+    jobs = [_job_row(r, now) for r in requests]
+    with transaction.atomic():
+        jobs = Job.objects.bulk_create(jobs)
+        JobEvent.objects.bulk_create(
+            JobEvent(
+                job=job, at=now, kind="submitted", message=f"submitted to queue {job.queue.name}"
+            )
+            for job in jobs
+        )
+        request_reconcile()
+    return jobs
+
+
+def _job_row(request: JobRequest, now: datetime) -> Job:
+    queue = request.queue
+    checkpoint = request.checkpoint_interval
+    if queue.may_preempt and checkpoint is None:
+        checkpoint = queue.checkpoint_interval
+    return Job(
+        owner=request.owner,
+        team=request.team,
+        queue=queue,
+        capability_class=request.capability_class,
+        name=request.name,
+        pods=request.pods,
+        gpus_per_pod=request.gpus_per_pod,
+        mig_profile=request.capability_class.mig_profile,
+        image=request.image.strip(),
+        command=list(request.command),
+        args=list(request.args),
+        env=dict(request.env),
+        runtime_limit=request.runtime,
+        checkpoint_interval=checkpoint,
+        priority=request.job_priority,
+        declared_gpu_memory_gb=request.declared_gpu_memory_gb,
+        cpu_millicores_per_pod=request.cpu_millicores_per_pod,
+        memory_mib_per_pod=request.memory_mib_per_pod,
+        submitted_at=now,
+    )
+
+
+def job_checkpoint(*, job: Job, at: datetime | None = None) -> bool:
+    """Record a real checkpoint of a running job (reported by the job with its token); False if
+    the job is not running. Preemption then counts lost work from here."""
+    at = at or timezone.now()
+    with transaction.atomic():
+        recorded = Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(
+            last_checkpoint_at=at
+        )
+        if recorded:
+            JobEvent.objects.create(
+                job_id=job.pk, at=at, kind="checkpoint", message="checkpoint reported"
+            )
+    return bool(recorded)

@@ -1,0 +1,359 @@
+"""Applying a policy file: the one door every policy write goes through (all or nothing)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Model, ProtectedError
+from django.utils import timezone
+
+from portal.formatting import display, format_datetime
+from queues.models import (
+    CapabilityClass,
+    FairShareSettings,
+    GpuClass,
+    Node,
+    Queue,
+    Quota,
+    RateCard,
+    RateCardWeight,
+    Reservation,
+    Team,
+)
+from queues.policy.export import policy_current
+from queues.policy.parse import (
+    NAMED_SECTIONS,
+    Policy,
+    PolicyError,
+    Problem,
+    load_policy_text,
+    parse_policy,
+    peak_reserved,
+    policy_overlay,
+)
+
+SECTION_MODELS: dict[str, type[Model]] = {
+    "gpu_classes": GpuClass,
+    "capability_classes": CapabilityClass,
+    "teams": Team,
+    "queues": Queue,
+    "reservations": Reservation,
+}
+
+
+@dataclass
+class Change:
+    section: str
+    name: str
+    action: str  # created | changed | reactivated | removed | deactivated | not in file
+    fields: list[tuple[str, Any, Any]] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class PolicyReport:
+    """What applying a policy did (or, for a dry run, would do)."""
+
+    dry_run: bool
+    changes: list[Change] = field(default_factory=list)
+    users_created: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(c.action != "not in file" for c in self.changes) or bool(self.users_created)
+
+    def render(self) -> str:
+        symbols = {
+            "created": "+",
+            "changed": "~",
+            "reactivated": "~",
+            "removed": "-",
+            "deactivated": "-",
+            "not in file": "?",
+        }
+        lines: list[str] = []
+        for change in self.changes:
+            head = f"{symbols[change.action]} {change.section} {change.name}: {change.action}"
+            if change.note:
+                head += f" ({change.note})"
+            lines.append(head)
+            for name, old, new in change.fields:
+                lines.append(f"    {name}: {display(old)} → {display(new)}")
+        if self.users_created:
+            lines.append(
+                "users created without a usable password: " + ", ".join(self.users_created)
+            )
+        if not self.changed:
+            lines.append("No changes: the database already matches the file.")
+        if self.dry_run:
+            lines.append("Dry run: nothing was written.")
+        return "\n".join(lines)
+
+
+def diff_fields(
+    old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = ""
+) -> list[tuple[str, Any, Any]]:
+    """Field-by-field differences, descending into nested mappings (quotas, weights)."""
+    differences: list[tuple[str, Any, Any]] = []
+    for key in sorted(
+        set(old) | set(new), key=lambda k: (list(new).index(k) if k in new else 999, k)
+    ):
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, Mapping) or isinstance(after, Mapping):
+            differences += diff_fields(before or {}, after or {}, f"{prefix}{key}.")
+        elif before != after:
+            differences.append((f"{prefix}{key}", before, after))
+    return differences
+
+
+def policy_apply(*, text: str, dry_run: bool = False, prune: bool = False) -> PolicyReport:
+    """Make the database hold what the policy file ``text`` says; all or nothing.
+
+    Raises ``PolicyError`` (nothing written) for an invalid file, a rate card rewrite, or quotas
+    plus reservations promising more GPUs of a class than the cluster's healthy nodes have.
+    Objects in the database that the file's sections do not name are reported and left alone;
+    with ``prune`` they are deleted, or deactivated when jobs, usage or reservations still
+    reference them.
+    """
+    current = policy_current()
+    wanted = parse_policy(load_policy_text(text), existing=current)
+    problems = _rate_card_rewrites(current, wanted)
+    problems += _overcommitments(policy_overlay(current, wanted, prune=prune), now=timezone.now())
+    if problems:
+        raise PolicyError(problems)
+
+    report = PolicyReport(dry_run=dry_run)
+    with transaction.atomic():
+        _write_policy(current, wanted, report)
+        for section in reversed(NAMED_SECTIONS):
+            if section not in wanted:
+                continue
+            for name in current[section]:
+                if name in wanted[section]:
+                    continue
+                if prune:
+                    report.changes.append(_prune(section, name))
+                else:
+                    report.changes.append(
+                        Change(section, name, "not in file", note="left alone; --prune removes it")
+                    )
+        if "rate_cards" in wanted:
+            for key in current["rate_cards"]:
+                if key not in wanted["rate_cards"]:
+                    report.changes.append(
+                        Change(
+                            "rate_cards", key, "not in file", note="rate cards are never removed"
+                        )
+                    )
+        if dry_run:
+            transaction.set_rollback(True)
+    return report
+
+
+def _rate_card_rewrites(current: Policy, wanted: Policy) -> list[Problem]:
+    problems = []
+    for key, card in wanted.get("rate_cards", {}).items():
+        stored = current["rate_cards"].get(key)
+        if stored is not None and diff_fields(stored, card):
+            differences = ", ".join(
+                f"{name} {display(old)} → {display(new)}"
+                for name, old, new in diff_fields(stored, card)
+            )
+            problems.append(
+                Problem(
+                    f"rate_cards[{key}]",
+                    None,
+                    f"rate cards are never rewritten ({differences}); add a new card with a later "
+                    "effective_from instead",
+                )
+            )
+    return problems
+
+
+def _overcommitments(result: Policy, *, now: datetime) -> list[Problem]:
+    """Quotas plus peak reservations of each GPU class must fit its healthy capacity, if known."""
+    capacity: Counter[str] = Counter()
+    nodes: Counter[str] = Counter()
+    product_to_class = {f["product"]: name for name, f in result["gpu_classes"].items()}
+    for node in Node.objects.filter(healthy=True).select_related("gpu_class"):
+        name = node.gpu_class.name if node.gpu_class else product_to_class.get(node.product)
+        if name is not None:
+            capacity[name] += node.gpu_count
+            nodes[name] += 1
+    problems = []
+    for gpu_class in result["gpu_classes"]:
+        if gpu_class not in capacity:
+            continue
+        quotas = sum(
+            (
+                t["quotas"][gpu_class]["nominal"]
+                for t in result["teams"].values()
+                if gpu_class in t["quotas"]
+            ),
+            Decimal(0),
+        )
+        reserved, peak_at = peak_reserved(
+            [
+                (r["amount"], r["starts_at"], r["ends_at"])
+                for r in result["reservations"].values()
+                if r["gpu_class"] == gpu_class
+            ],
+            now=now,
+        )
+        if quotas + reserved > capacity[gpu_class]:
+            when = f" at {format_datetime(peak_at)}" if peak_at else ""
+            problems.append(
+                Problem(
+                    f"gpu_classes[{gpu_class}]",
+                    None,
+                    f"quotas ({display(quotas)}) plus reservations ({display(reserved)}{when}) "
+                    f"promise {display(quotas + reserved)} GPUs, but the cluster has "
+                    f"{capacity[gpu_class]} on {nodes[gpu_class]} healthy node(s)",
+                )
+            )
+    return problems
+
+
+def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None:
+    if "fair_share" in wanted:
+        before = current.get("fair_share")
+        half_life = wanted["fair_share"]["usage_half_life"]
+        FairShareSettings.objects.update_or_create(pk=1, defaults={"usage_half_life": half_life})
+        if before is None:
+            report.changes.append(Change("fair_share", "settings", "created"))
+        elif before != wanted["fair_share"]:
+            report.changes.append(
+                Change(
+                    "fair_share", "settings", "changed", diff_fields(before, wanted["fair_share"])
+                )
+            )
+    writers = {
+        "gpu_classes": _write_gpu_class,
+        "capability_classes": _write_capability_class,
+        "teams": _write_team,
+        "queues": _write_queue,
+        "reservations": _write_reservation,
+    }
+    for section in NAMED_SECTIONS:
+        for name, fields in wanted.get(section, {}).items():
+            before = current[section].get(name)
+            if before is not None and not diff_fields(before, fields):
+                continue
+            model = SECTION_MODELS[section]
+            inactive = before is None and model.objects.filter(name=name).exists()
+            writers[section](name, fields, report)
+            if before is None:
+                action = "reactivated" if inactive else "created"
+                report.changes.append(Change(section, name, action))
+            else:
+                report.changes.append(Change(section, name, "changed", diff_fields(before, fields)))
+    for key, card in wanted.get("rate_cards", {}).items():
+        if key in current["rate_cards"]:
+            continue
+        rate_card = RateCard.objects.create(
+            effective_from=card["effective_from"],
+            currency=card["currency"],
+            price_per_normalized_gpu_hour=card["price_per_normalized_gpu_hour"],
+            note=card["note"],
+        )
+        gpu_classes = _by_name(GpuClass, card["weights"])
+        RateCardWeight.objects.bulk_create(
+            RateCardWeight(rate_card=rate_card, gpu_class=gpu_classes[name], weight=weight)
+            for name, weight in card["weights"].items()
+        )
+        report.changes.append(Change("rate_cards", key, "created"))
+
+
+def _by_name(model: type[Model], names: Iterable[str]) -> dict[str, Any]:
+    return {o.name: o for o in model.objects.filter(name__in=list(names))}  # type: ignore[attr-defined]
+
+
+def _upsert(model: type[Model], name: str, values: dict[str, Any]) -> Any:
+    obj, _ = model.objects.update_or_create(name=name, defaults={**values, "active": True})  # type: ignore[attr-defined]
+    return obj
+
+
+def _write_gpu_class(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    _upsert(GpuClass, name, dict(fields))
+
+
+def _write_capability_class(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    _upsert(CapabilityClass, name, dict(fields))
+
+
+def _write_team(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    team = _upsert(
+        Team,
+        name,
+        {k: fields[k] for k in ("description", "namespace", "cost_center", "fair_share_weight")},
+    )
+    team.members.set(_users(fields["members"], report))
+    gpu_classes = _by_name(GpuClass, fields["quotas"])
+    for gpu_name, quota in fields["quotas"].items():
+        Quota.objects.update_or_create(team=team, gpu_class=gpu_classes[gpu_name], defaults=quota)
+    Quota.objects.filter(team=team).exclude(gpu_class__name__in=list(fields["quotas"])).delete()
+
+
+def _users(usernames: list[str], report: PolicyReport) -> list[Any]:
+    """The users named, creating missing ones without a usable password (they log in later)."""
+    user_model = get_user_model()
+    users = {u.username: u for u in user_model.objects.filter(username__in=usernames)}
+    for username in usernames:
+        if username not in users:
+            users[username] = user_model.objects.create_user(username=username, password=None)
+            report.users_created.append(username)
+    return [users[u] for u in usernames]
+
+
+def _write_queue(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    values = {
+        k: v
+        for k, v in fields.items()
+        if k not in ("allowed_gpu_classes", "allowed_capability_classes", "teams", "job_priority")
+    }
+    values["min_job_priority"] = fields["job_priority"]["min"]
+    values["default_job_priority"] = fields["job_priority"]["default"]
+    values["max_job_priority"] = fields["job_priority"]["max"]
+    queue = _upsert(Queue, name, values)
+    queue.allowed_gpu_classes.set(_by_name(GpuClass, fields["allowed_gpu_classes"]).values())
+    queue.allowed_capability_classes.set(
+        _by_name(CapabilityClass, fields["allowed_capability_classes"]).values()
+    )
+    queue.teams.set(_by_name(Team, fields["teams"]).values())
+
+
+def _write_reservation(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    _upsert(
+        Reservation,
+        name,
+        {
+            "team": Team.objects.get(name=fields["team"]),
+            "queue": Queue.objects.get(name=fields["queue"]) if fields["queue"] else None,
+            "gpu_class": GpuClass.objects.get(name=fields["gpu_class"]),
+            "amount": fields["amount"],
+            "starts_at": fields["starts_at"],
+            "ends_at": fields["ends_at"],
+        },
+    )
+
+
+def _prune(section: str, name: str) -> Change:
+    """Delete an object the file no longer names, or deactivate it while something refers to it."""
+    model = SECTION_MODELS[section]
+    obj = model.objects.get(name=name)  # type: ignore[attr-defined]
+    try:
+        with transaction.atomic():
+            obj.delete()
+    except ProtectedError as exc:
+        model.objects.filter(pk=obj.pk).update(active=False)  # type: ignore[attr-defined]
+        counts = Counter(o._meta.verbose_name for o in exc.protected_objects)
+        refs = ", ".join(f"{n} {what}{'s' if n > 1 else ''}" for what, n in sorted(counts.items()))
+        return Change(section, name, "deactivated", note=f"still referenced by {refs}")
+    return Change(section, name, "removed")

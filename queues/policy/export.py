@@ -1,0 +1,212 @@
+"""The policy in the database, as the policy file spells it (for export and for apply's diff)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import Prefetch
+
+from queues.models import (
+    CapabilityClass,
+    FairShareSettings,
+    GpuClass,
+    Queue,
+    RateCard,
+    RateCardWeight,
+    Reservation,
+    Team,
+)
+from queues.policy.parse import Policy
+
+if TYPE_CHECKING:
+    pass
+
+
+from collections.abc import Mapping
+
+import yaml
+
+from portal.formatting import format_datetime, format_duration
+from queues.policy.parse import NAMED_SECTIONS
+
+
+def policy_current() -> Policy:
+    """The active policy in the database, normalized exactly as ``parse_policy`` normalizes a file.
+
+    Inactive (pruned but still referenced) objects are left out; every rate card is in, since
+    rate cards are never removed.
+    """
+    policy: Policy = {}
+    settings_row = FairShareSettings.objects.filter(pk=1).first()
+    if settings_row is not None:
+        policy["fair_share"] = {"usage_half_life": settings_row.usage_half_life}
+    policy["gpu_classes"] = {
+        g.name: {
+            "product": g.product,
+            "description": g.description,
+            "hbm_gb": g.hbm_gb,
+            "precisions": list(g.precisions),
+            "mig_profiles": dict(sorted(g.mig_profiles.items())),
+            "rdma": g.rdma,
+            "tier": g.tier,
+        }
+        for g in GpuClass.objects.active().order_by("name")
+    }
+    policy["capability_classes"] = {
+        c.name: {
+            "description": c.description,
+            "min_hbm_gb": c.min_hbm_gb,
+            "precisions": list(c.precisions),
+            "mig_profile": c.mig_profile,
+            "rdma": c.rdma,
+            "min_tier": c.min_tier,
+        }
+        for c in CapabilityClass.objects.active().order_by("name")
+    }
+    teams = Team.objects.active().order_by("name").prefetch_related("members", "quotas__gpu_class")
+    policy["teams"] = {
+        t.name: {
+            "description": t.description,
+            "namespace": t.namespace,
+            "cost_center": t.cost_center,
+            "fair_share_weight": t.fair_share_weight,
+            "members": sorted(u.username for u in t.members.all()),
+            "quotas": {
+                q.gpu_class.name: {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit}
+                for q in sorted(t.quotas.all(), key=lambda q: q.gpu_class.name)
+            },
+        }
+        for t in teams
+    }
+    queues = (
+        Queue.objects.active()
+        .order_by("name")
+        .prefetch_related("allowed_gpu_classes", "allowed_capability_classes", "teams")
+    )
+    policy["queues"] = {q.name: queue_policy_fields(q) for q in queues}
+    policy["reservations"] = {
+        r.name: {
+            "team": r.team.name,
+            "queue": r.queue.name if r.queue else None,
+            "gpu_class": r.gpu_class.name,
+            "amount": r.amount,
+            "starts_at": r.starts_at,
+            "ends_at": r.ends_at,
+        }
+        for r in Reservation.objects.active()
+        .order_by("name")
+        .select_related("team", "queue", "gpu_class")
+    }
+    cards = RateCard.objects.order_by("effective_from").prefetch_related(
+        Prefetch("weights", queryset=RateCardWeight.objects.select_related("gpu_class"))
+    )
+    policy["rate_cards"] = {
+        rate_card_key(card): {
+            "effective_from": card.effective_from,
+            "currency": card.currency,
+            "price_per_normalized_gpu_hour": card.price_per_normalized_gpu_hour,
+            "note": card.note,
+            "weights": {
+                w.gpu_class.name: w.weight
+                for w in sorted(card.weights.all(), key=lambda w: w.gpu_class.name)
+            },
+        }
+        for card in cards
+    }
+    return policy
+
+
+def rate_card_key(card: RateCard) -> str:
+    return format_datetime(card.effective_from)
+
+
+def queue_policy_fields(queue: Queue) -> dict[str, Any]:
+    """A queue's terms as the policy file spells them (M2M relations must be prefetched)."""
+    return {
+        "description": queue.description,
+        "priority": queue.priority,
+        "expected_wait_target": queue.expected_wait_target,
+        "max_runtime": queue.max_runtime,
+        "default_runtime": queue.default_runtime,
+        "preemption_class": queue.preemption_class,
+        "grace_period": queue.grace_period,
+        "sharing_mode": queue.sharing_mode,
+        "allowed_gpu_classes": sorted(g.name for g in queue.allowed_gpu_classes.all()),
+        "allowed_capability_classes": sorted(
+            c.name for c in queue.allowed_capability_classes.all()
+        ),
+        "checkpoint_interval": queue.checkpoint_interval,
+        "max_gpus_per_job": queue.max_gpus_per_job,
+        "max_running_jobs_per_user": queue.max_running_jobs_per_user,
+        "max_gpus_per_user": queue.max_gpus_per_user,
+        "job_priority": {
+            "min": queue.min_job_priority,
+            "default": queue.default_job_priority,
+            "max": queue.max_job_priority,
+        },
+        "teams": sorted(t.name for t in queue.teams.all()),
+        "may_borrow": queue.may_borrow,
+        "reservation_only": queue.reservation_only,
+        "required_topology": queue.required_topology,
+    }
+
+
+class _PolicyDumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_decimal(dumper: yaml.SafeDumper, value: Decimal) -> yaml.Node:
+    if value == value.to_integral_value():
+        return dumper.represent_int(int(value))
+    return dumper.represent_scalar("tag:yaml.org,2002:float", format(value.normalize(), "f"))
+
+
+def _represent_timedelta(dumper: yaml.SafeDumper, value: timedelta) -> yaml.Node:
+    return dumper.represent_str(format_duration(value))
+
+
+def _represent_datetime(dumper: yaml.SafeDumper, value: datetime) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:timestamp", format_datetime(value))
+
+
+_PolicyDumper.add_representer(Decimal, _represent_decimal)
+_PolicyDumper.add_representer(timedelta, _represent_timedelta)
+_PolicyDumper.add_representer(datetime, _represent_datetime)
+
+
+def dump_policy(policy: Policy) -> str:
+    """The normalized policy as a file ``parse_policy`` reads back to an equal policy."""
+    document: dict[str, Any] = {}
+    if "fair_share" in policy:
+        document["fair_share"] = dict(policy["fair_share"])
+    for section in NAMED_SECTIONS:
+        if section in policy:
+            document[section] = [
+                {"name": name, **_drop_defaults(fields)} for name, fields in policy[section].items()
+            ]
+    if "rate_cards" in policy:
+        document["rate_cards"] = [
+            {
+                "effective_from": card["effective_from"],
+                "currency": card["currency"],
+                "price_per_normalized_gpu_hour": card["price_per_normalized_gpu_hour"],
+                **({"note": card["note"]} if card["note"] else {}),
+                "weights": card["weights"],
+            }
+            for card in policy["rate_cards"].values()
+        ]
+    return yaml.dump(
+        document,
+        Dumper=_PolicyDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+        default_flow_style=None,
+    )
+
+
+def _drop_defaults(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Leave out empty optional fields so exported files read like hand-written ones."""
+    return {k: v for k, v in fields.items() if v is not None and v != ""}

@@ -1,0 +1,327 @@
+"""The job pass: each job's state follows its Kubernetes Job and pods."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from queues import admission as engine
+from queues.cluster.pods import PodFacts, parse_time
+from queues.models import (
+    Job,
+    JobEvent,
+    JobState,
+)
+from queues.reconcile.view import ClusterView, CycleReport
+
+# An admitted job whose pods the cluster cannot all start within this long is rolled back to
+# pending (the scheduler's message is kept in its history).
+START_TIMEOUT = timedelta(minutes=5)
+
+
+# A rolled-back job is not admitted again before a back-off that doubles with each roll-back in
+# a row (1, 2, 4 … minutes, at most an hour): the engine does not model everything the cluster
+# checks (CPU, memory), and a job it cannot place would otherwise be admitted, stuck and rolled
+# back over and over, holding GPUs others could use. A start resets it.
+ROLLBACK_BACKOFF = timedelta(minutes=1)
+
+
+MAX_ROLLBACK_BACKOFF = timedelta(hours=1)
+
+
+IMAGE_PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+
+
+TERMINATING_STATES = (JobState.PREEMPTED, JobState.CANCELLED, JobState.FAILED)
+
+
+def job_transition(
+    job: Job,
+    *,
+    to: str,
+    kind: str,
+    message: str,
+    now: datetime,
+    details: dict[str, Any] | None = None,
+    **fields: Any,
+) -> bool:
+    """Move ``job`` from the state it was read in to ``to``, once: a conditional UPDATE, and the
+    timeline event only if this call made the change."""
+    # savepoint=False: inside jobs_sync's transaction a savepoint per job would cost two more
+    # round trips each, and nothing here is caught to roll back to.
+    with transaction.atomic(savepoint=False):
+        moved = Job.objects.filter(pk=job.pk, state=job.state).update(state=to, **fields)
+        if moved:
+            JobEvent.objects.create(
+                job_id=job.pk, at=now, kind=kind, message=message, details=details or {}
+            )
+    if moved:
+        job.state = to
+    return bool(moved)
+
+
+def rollback_backoff(rollbacks: int) -> timedelta:
+    """How long a job rolled back ``rollbacks`` times in a row waits before it may be admitted."""
+    return min(ROLLBACK_BACKOFF * 2 ** min(rollbacks - 1, 16), MAX_ROLLBACK_BACKOFF)
+
+
+def minutes_text(span: timedelta) -> str:
+    minutes = int(span.total_seconds() // 60)
+    return "1 minute" if minutes == 1 else f"{minutes} minutes"
+
+
+def _requeue_fields(job: Job) -> dict[str, Any]:
+    return {
+        "attempts": job.attempts + 1,
+        "gpu_class": None,
+        "nodes": [],
+        "capacity_kind": "",
+        "reservation": None,
+        "k8s_job_name": "",
+        "admitted_at": None,
+        "started_at": None,
+        "terminating": False,
+        "pending_reasons": [],
+    }
+
+
+def jobs_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
+    """Move every job the cluster holds (or held) to the state the cluster reports."""
+    pods_of = view.pods_of()
+    # Only the fields the passes below read: thousands of running jobs are looked at every
+    # cycle, and their JSON fields (environment, command, reasons) cost the most to load.
+    jobs = Job.objects.filter(
+        Q(state__in=(JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED))
+        | Q(state__in=TERMINATING_STATES, terminating=True)
+    ).only(
+        "state",
+        "terminating",
+        "k8s_job_name",
+        "pods",
+        "image",
+        "admitted_at",
+        "started_at",
+        "runtime_limit",
+        "attempts",
+        "rollbacks",
+        "not_before",
+    )
+    # One transaction for the whole pass: a cycle that moves hundreds of jobs commits once, and
+    # if the worker dies mid-pass the next cycle makes the same moves from the same cluster state.
+    with transaction.atomic():
+        for job in jobs:
+            pods = pods_of.get(job.pk, [])
+            k8s = view.jobs.get(job.pk)
+            if job.terminating or job.state == JobState.PREEMPTED:
+                _sync_terminating(job, pods, k8s, now=now, report=report)
+            elif job.state == JobState.ADMITTED:
+                _sync_admitted(job, pods, k8s, now=now, report=report)
+            elif job.state == JobState.RUNNING:
+                _sync_running(job, pods, k8s, now=now, report=report)
+
+
+def _sync_terminating(
+    job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
+) -> None:
+    if pods or k8s is not None:
+        return  # its GPUs are held until the Job and its pods are gone
+    if job.state == JobState.PREEMPTED:
+        message = f"pods gone; back in the queue (attempt {job.attempts + 2})"
+        held: dict[str, Any] = {}
+        if job.not_before is not None:  # rolled back, and not started since
+            held["not_before"] = now + rollback_backoff(job.rollbacks)
+            message += f"; not admitted before {held['not_before'].isoformat(timespec='seconds')}"
+        if job_transition(
+            job,
+            to=JobState.PENDING,
+            kind="requeued",
+            now=now,
+            message=message,
+            **_requeue_fields(job),
+            **held,
+        ):
+            report.transitions["preempted→pending"] += 1
+    else:
+        Job.objects.filter(pk=job.pk, terminating=True).update(terminating=False)
+
+
+def _sync_admitted(
+    job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
+) -> None:
+    if not job.k8s_job_name:
+        return  # not created yet: cluster_apply creates it
+    if k8s is None:
+        _deleted_outside(job, pods, now=now, report=report)
+        return
+    pulls = [p for p in pods if p.container.reason in IMAGE_PULL_FAILURES]
+    if pulls:
+        pod = pulls[0]
+        if job_transition(
+            job,
+            to=JobState.FAILED,
+            kind="failed",
+            now=now,
+            message=f"image {job.image} could not be pulled: "
+            f"{pod.container.message or pod.container.reason}",
+            failure_reason=f"{pod.container.reason}: {pod.container.message}"[:300],
+            finished_at=now,
+            terminating=True,
+        ):
+            report.transitions["admitted→failed"] += 1
+        return
+    started = [p for p in pods if p.container.started_at is not None]
+    if len(started) >= job.pods:
+        start = max(p.container.started_at for p in started)  # the gang runs once all ranks do
+        if job_transition(
+            job,
+            to=JobState.RUNNING,
+            kind="started",
+            now=now,
+            message=f"{job.pods} pod(s) running on {', '.join(sorted({p.node for p in started}))}",
+            started_at=start,
+            pending_reasons=[],
+            rollbacks=0,
+            not_before=None,
+        ):
+            report.transitions["admitted→running"] += 1
+        return
+    if _finished(k8s):
+        _sync_running(job, pods, k8s, now=now, report=report)
+        return
+    stuck = next((p.unschedulable_message for p in pods if p.unschedulable_message), "")
+    if stuck:
+        reason = engine.PendingReason(
+            engine.ReasonCode.CLUSTER_UNSCHEDULABLE,
+            f"admitted, but the cluster's scheduler cannot place a pod: {stuck}",
+            {"scheduler_message": stuck},
+            "the portal rolls the job back to the queue if this lasts "
+            f"{minutes_text(START_TIMEOUT)}",
+        )
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+            pending_reasons=[reason.to_dict()]
+        )
+    if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
+        rollbacks = job.rollbacks + 1
+        backoff = rollback_backoff(rollbacks)
+        # Marks the job rolled back; the requeue, once its pods are gone, holds it back from then.
+        not_before = now + backoff
+        message = (
+            f"only {len(started)} of {job.pods} pods started within "
+            f"{minutes_text(START_TIMEOUT)}"
+            + (f"; the scheduler said: {stuck}" if stuck else "")
+            + f"; back in the queue once its pods are gone, held back {minutes_text(backoff)}"
+        )
+        if job_transition(
+            job,
+            to=JobState.PREEMPTED,
+            kind=JobEvent.ROLLED_BACK,
+            now=now,
+            message=message,
+            details={
+                "scheduler_message": stuck,
+                "started_pods": len(started),
+                "rollbacks": rollbacks,
+                "backoff_seconds": int(backoff.total_seconds()),
+            },
+            terminating=True,
+            rollbacks=rollbacks,
+            not_before=not_before,
+        ):
+            report.transitions["admitted→rolled back"] += 1
+
+
+def _finished(k8s: dict | None) -> str:
+    """``Complete`` or ``Failed`` when the Kubernetes Job says so (with its reason), else ""."""
+    for condition in (k8s or {}).get("status", {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return (
+                condition["type"]
+                if condition["type"] == "Complete"
+                else f"Failed:{condition.get('reason', '')}"
+            )
+    return ""
+
+
+def _sync_running(
+    job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
+) -> None:
+    before = job.state
+    if k8s is None:
+        _deleted_outside(job, pods, now=now, report=report)
+        return
+    outcome = _finished(k8s)
+    finished = [p.container.finished_at for p in pods if p.container.finished_at]
+    completion = parse_time((k8s.get("status") or {}).get("completionTime"))
+    end = completion or (max(finished) if finished else now)
+    if outcome == "Complete":
+        if job_transition(
+            job,
+            to=JobState.SUCCEEDED,
+            kind="succeeded",
+            now=now,
+            message="all pods completed",
+            finished_at=end,
+            exit_code=0,
+        ):
+            report.transitions[f"{before}→succeeded"] += 1
+        return
+    if outcome.startswith("Failed"):
+        cluster_reason = outcome.split(":", 1)[1]
+        bad = next((p for p in pods if p.container.exit_code not in (None, 0)), None)
+        if cluster_reason == "DeadlineExceeded":
+            reason = "TimedOut"
+            message = f"ran past its runtime limit of {job.runtime_limit}"
+        elif bad is not None and bad.container.reason == "OOMKilled":
+            reason = "OOMKilled"
+            message = f"pod {bad.name} ran out of memory (exit code {bad.container.exit_code})"
+        elif bad is not None:
+            reason = bad.container.reason or "Error"
+            message = f"pod {bad.name} exited with code {bad.container.exit_code}"
+        else:
+            reason = cluster_reason or "Failed"
+            message = f"the cluster marked the Job failed ({cluster_reason})"
+        if job_transition(
+            job,
+            to=JobState.FAILED,
+            kind="failed",
+            now=now,
+            message=message,
+            failure_reason=reason,
+            exit_code=bad.container.exit_code if bad else None,
+            finished_at=max(finished) if finished else now,
+        ):
+            report.transitions[f"{before}→failed"] += 1
+        return
+    overdue = job.started_at is not None and now > job.started_at + job.runtime_limit
+    if (
+        job.state == JobState.RUNNING
+        and overdue
+        and job_transition(
+            job,
+            to=JobState.FAILED,
+            kind="failed",
+            now=now,
+            message=f"ran past its runtime limit of {job.runtime_limit}",
+            failure_reason="TimedOut",
+            finished_at=now,
+            terminating=True,
+        )
+    ):
+        report.transitions["running→failed"] += 1
+
+
+def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport) -> None:
+    if job_transition(
+        job,
+        to=JobState.FAILED,
+        kind="failed",
+        now=now,
+        message="its Kubernetes Job was deleted outside the portal",
+        failure_reason="deleted outside the portal",
+        finished_at=now,
+        terminating=bool(pods),
+    ):
+        report.transitions["deleted outside"] += 1

@@ -1,0 +1,99 @@
+"""The node pass: the cluster's nodes → the Node mirror rows (only what changed is written)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+
+from queues.cluster.nodes import NodeFacts
+from queues.cluster.pods import devices_held
+from queues.models import (
+    GpuClass,
+    Node,
+)
+from queues.reconcile.view import ClusterView
+
+
+def nodes_sync(view: ClusterView, *, now: datetime) -> None:
+    """Mirror every node; a node the cluster no longer reports stays, marked unhealthy."""
+    classes = {g.product: g for g in GpuClass.objects.all()}
+    use = devices_held(view.pods)
+    existing = {n.name: n for n in Node.objects.all()}
+    changed: list[Node] = []
+    created: list[Node] = []
+    seen: list[int] = []
+    fields = [
+        "gpu_class",
+        "product",
+        "gpu_count",
+        "mig_layout",
+        "time_slice_replicas",
+        "rack",
+        "network_domain",
+        "labels",
+        "taints",
+        "healthy",
+        "health_reason",
+        "maintenance",
+        "maintenance_reason",
+        "maintenance_until",
+        "gpus_used_outside",
+        "outside_devices",
+        "cpu_millicores",
+        "memory_mib",
+    ]
+    for facts in view.nodes:
+        outside = dict(sorted(use[facts.name].outside.items())) if facts.name in use else {}
+        gpu_class = classes.get(facts.product)
+        values = {
+            # The id, not the object: comparing objects would load every node's class.
+            "gpu_class_id": gpu_class.pk if gpu_class is not None else None,
+            "product": facts.product,
+            "gpu_count": facts.gpu_count,
+            "mig_layout": facts.mig_layout,
+            "time_slice_replicas": facts.time_slice_replicas,
+            "rack": facts.rack,
+            "network_domain": facts.network_domain,
+            "labels": facts.labels,
+            "taints": facts.taints,
+            "healthy": facts.healthy,
+            "health_reason": facts.health_reason[:300],
+            "maintenance": facts.maintenance,
+            "maintenance_reason": facts.maintenance_reason[:300],
+            "maintenance_until": facts.maintenance_until,
+            "gpus_used_outside": _outside_gpu_eq(outside, facts, gpu_class),
+            "outside_devices": outside,
+            "cpu_millicores": facts.cpu_millicores,
+            "memory_mib": facts.memory_mib,
+            "last_seen_at": now,
+        }
+        node = existing.pop(facts.name, None)
+        if node is None:
+            created.append(Node(name=facts.name, **values))
+            continue
+        seen.append(node.pk)
+        values.pop("last_seen_at")
+        if any(getattr(node, key) != value for key, value in values.items()):
+            for key, value in values.items():
+                setattr(node, key, value)
+            changed.append(node)
+    for gone in existing.values():
+        if gone.healthy or gone.health_reason != "not reported by the cluster":
+            gone.healthy = False
+            gone.health_reason = "not reported by the cluster"
+            changed.append(gone)
+    Node.objects.bulk_create(created)
+    # Only what changed is written; most cycles change no node at all.
+    Node.objects.bulk_update(changed, fields, batch_size=500)
+    Node.objects.filter(pk__in=seen).update(last_seen_at=now)
+
+
+def _outside_gpu_eq(
+    outside: dict[str, int], facts: NodeFacts, gpu_class: GpuClass | None
+) -> Decimal:
+    total = Fraction(outside.get("gpu", 0), facts.time_slice_replicas)
+    for profile, count in outside.items():
+        if profile != "gpu" and gpu_class is not None and profile in gpu_class.mig_profiles:
+            total += count * gpu_class.mig_share(profile)
+    return (Decimal(total.numerator) / Decimal(total.denominator)).quantize(Decimal("0.001"))

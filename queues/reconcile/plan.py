@@ -1,0 +1,256 @@
+"""Acting on the engine's plan: store every pending job's reasons and estimates, admit and
+preempt, and create or delete the Kubernetes Jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from portal.tokens import job_token
+from queues import admission as engine
+from queues.cluster.adapter import Cluster, ClusterRejected
+from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
+from queues.models import (
+    GpuClass,
+    Job,
+    JobEvent,
+    JobState,
+    PreemptionClass,
+    Queue,
+    QueueEstimate,
+    Team,
+)
+from queues.reconcile.jobs import TERMINATING_STATES, job_transition
+from queues.reconcile.view import ClusterView, CycleReport
+
+# Creates the cluster refuses (4xx) before the job ends failed with the API's message.
+MAX_CREATE_REFUSALS = 3
+
+
+def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
+    """Store every pending job's reasons, estimated start and position (changed rows only)."""
+    statuses = {s.job_id: s for s in plan.pending}
+    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING).only(
+        "id",
+        "pending_reasons",
+        "estimated_start",
+        "estimated_start_note",
+        "position",
+        "queue_length",
+    )
+    changed = []
+    for job in current:
+        status = statuses[job.pk]
+        reasons = [r.to_dict() for r in status.reasons]
+        estimate = status.estimated_start
+        note = estimate.why_unknown
+        if estimate.range_low and estimate.range_high:
+            low, high = estimate.range_low.isoformat(), estimate.range_high.isoformat()
+            note = f"from recent waits: {low} – {high}"
+        values = (reasons, estimate.at, note[:300], status.position, status.queue_length)
+        if values != (
+            job.pending_reasons,
+            job.estimated_start,
+            job.estimated_start_note,
+            job.position,
+            job.queue_length,
+        ):
+            (
+                job.pending_reasons,
+                job.estimated_start,
+                job.estimated_start_note,
+                job.position,
+                job.queue_length,
+            ) = values
+            changed.append(job)
+    Job.objects.bulk_update(
+        changed,
+        ["pending_reasons", "estimated_start", "estimated_start_note", "position", "queue_length"],
+        batch_size=500,
+    )
+    for job_id, reasons in plan.admitted_reasons:
+        Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
+            pending_reasons=[r.to_dict() for r in reasons]
+        )
+
+
+def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None:
+    """Admissions and preemptions become state changes; reasons are stored for the rest."""
+    jobs = Job.objects.select_related("capability_class").in_bulk(
+        [a.job_id for a in plan.admissions] + [p.job_id for p in plan.preemptions]
+    )
+    classes = {g.name: g for g in GpuClass.objects.all()}
+    for admission in plan.admissions:
+        job = jobs.get(admission.job_id)
+        if job is None or job.state != JobState.PENDING:
+            continue
+        if job_transition(
+            job,
+            to=JobState.ADMITTED,
+            kind="admitted",
+            now=now,
+            message=f"admitted on {admission.gpu_class} ({admission.capacity.value}) on "
+            f"{', '.join(sorted(set(admission.nodes)))}",
+            details=admission.to_dict(),
+            gpu_class=classes[admission.gpu_class],
+            nodes=list(admission.nodes),
+            capacity_kind=admission.capacity.value,
+            reservation_id=admission.reservation_id,
+            admitted_at=now,
+            not_before=None,  # a roll-back sets it again; a preemption before start does not
+            pending_reasons=[],
+            position=None,
+            queue_length=None,
+            estimated_start=None,
+            estimated_start_note="",
+            mig_profile=_mig_profile(job),
+        ):
+            report.admitted.append(job.pk)
+    for preemption in plan.preemptions:
+        job = jobs.get(preemption.job_id)
+        if job is None or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+            continue
+        if job_transition(
+            job,
+            to=JobState.PREEMPTED,
+            kind="preempted",
+            now=now,
+            message=f"{preemption.reason}; {int(preemption.grace_period.total_seconds())} s to "
+            f"wind down, about {int(preemption.lost_work.total_seconds() // 60)} min of work lost "
+            "since its last checkpoint",
+            details=preemption.to_dict(),
+            terminating=True,
+        ):
+            report.preempted.append(job.pk)
+    plan_store_reasons(plan, now=now)
+
+
+def _mig_profile(job: Job) -> str:
+    return job.mig_profile or job.capability_class.mig_profile
+
+
+def with_default_probes(snapshot: engine.Snapshot) -> engine.Snapshot:
+    """Add one probe per queue and team that may use it: the queue's default job, whose
+    estimated start is the queue's published expected wait for that team."""
+    probes = []
+    for queue in snapshot.queues:
+        for team in queue.teams:
+            probe = engine.default_probe(
+                queue,
+                team,
+                snapshot.now,
+                len(probes) + 1,
+                gpu_classes=snapshot.gpu_classes,
+                capability_classes=snapshot.capability_classes,
+            )
+            if probe is not None:
+                probes.append(probe)
+    return dataclasses.replace(snapshot, probes=tuple(probes))
+
+
+def queue_estimates_store(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetime) -> None:
+    estimates = dict(plan.probe_estimates)
+    queues = dict(Queue.objects.values_list("name", "pk"))
+    teams = dict(Team.objects.values_list("name", "pk"))
+    rows = [
+        QueueEstimate(
+            queue_id=queues[probe.queue],
+            team_id=teams[probe.team],
+            estimated_start=estimates[probe.id].at,
+            note=estimates[probe.id].why_unknown[:300],
+            computed_at=now,
+        )
+        for probe in snapshot.probes
+        if probe.id in estimates and probe.queue in queues and probe.team in teams
+    ]
+    with transaction.atomic():
+        QueueEstimate.objects.all().delete()
+        QueueEstimate.objects.bulk_create(rows)
+
+
+def cluster_apply(
+    cluster: Cluster, view: ClusterView, *, now: datetime, report: CycleReport
+) -> None:
+    """Create the Jobs of admitted jobs, delete those of jobs that are ending."""
+    to_create = (
+        Job.objects.filter(state=JobState.ADMITTED, k8s_job_name="")
+        .select_related("team", "queue", "gpu_class")
+        .order_by("id")
+    )
+    for job in to_create:
+        manifest = job_manifest(launch_spec(job))
+        try:
+            cluster.ensure_namespace(job.team.namespace)
+            created = cluster.create_job(manifest)
+        except ClusterRejected as exc:
+            _create_refused(job, exc, now=now, report=report)
+            continue
+        report.jobs_created += int(created)
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED, k8s_job_name="").update(
+            k8s_job_name=manifest["metadata"]["name"]
+        )
+    ending = Job.objects.filter(state__in=TERMINATING_STATES, terminating=True).select_related(
+        "team"
+    )
+    for job in ending:
+        if job.pk in view.jobs:
+            report.jobs_deleted += int(cluster.delete_job(job.team.namespace, job_name(job.pk)))
+
+
+def launch_spec(job: Job) -> LaunchSpec:
+    grace = (
+        job.queue.grace_period if job.queue.preemption_class == PreemptionClass.GRACEFUL else None
+    )
+    return LaunchSpec(
+        job_id=job.pk,
+        namespace=job.team.namespace,
+        team=job.team.name,
+        queue=job.queue.name,
+        image=job.image,
+        command=list(job.command),
+        args=list(job.args),
+        env={str(k): str(v) for k, v in job.env.items()},
+        nodes=list(job.nodes),
+        devices_per_pod=job.gpus_per_pod,
+        mig_profile=job.mig_profile,
+        cpu_millicores=job.cpu_millicores_per_pod,
+        memory_mib=job.memory_mib_per_pod,
+        runtime_limit=job.runtime_limit,
+        grace_period=grace or timedelta(seconds=30),
+        job_token=job_token(job.pk),
+        api_url=settings.PORTAL_URL,
+        extra_pod_annotations=_sim_annotations(job),
+    )
+
+
+def _sim_annotations(job: Job) -> dict[str, str]:
+    """Simulation-only annotations a job may carry in its environment (demo and tests)."""
+    duration = job.env.get("SIM_DURATION_SECONDS")
+    return {"sim.gpuportal.io/duration-seconds": str(duration)} if duration else {}
+
+
+def _create_refused(job: Job, exc: ClusterRejected, *, now: datetime, report: CycleReport) -> None:
+    refusals = job.cluster_failures + 1
+    if refusals < MAX_CREATE_REFUSALS:
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(cluster_failures=refusals)
+        JobEvent.objects.create(
+            job_id=job.pk,
+            at=now,
+            kind="cluster refused",
+            message=f"the cluster refused the Job ({exc.status}): {exc.message}; will retry",
+        )
+        return
+    if job_transition(
+        job,
+        to=JobState.FAILED,
+        kind="failed",
+        now=now,
+        message=f"the cluster refused the Job {refusals} times: {exc.message}",
+        failure_reason=f"cluster refused: {exc.message}"[:300],
+        cluster_failures=refusals,
+        finished_at=now,
+    ):
+        report.transitions["admitted→failed"] += 1

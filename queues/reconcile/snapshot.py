@@ -1,0 +1,342 @@
+"""Database rows → the admission engine's ``Snapshot`` (one read, a fixed number of queries).
+
+The engine imports no Django; this module is the thin function that feeds it. Everything the
+engine needs is read here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from django.contrib.auth import get_user_model
+from django.db.models import F, Prefetch
+
+from queues import admission as engine
+from queues.cluster.nodes import GPU_RESOURCE, MAINTENANCE_TAINT
+from queues.models import (
+    CapabilityClass,
+    FairShareSettings,
+    GpuClass,
+    Job,
+    JobEvent,
+    JobState,
+    Node,
+    Queue,
+    Quota,
+    RateCard,
+    Reservation,
+    Team,
+    UsageInterval,
+)
+from queues.policy.parse import DEFAULT_USAGE_HALF_LIFE
+
+HOLDING_STATES = (JobState.ADMITTED, JobState.RUNNING)
+# Fair share forgets usage older than this many half-lives (it weighs < 0.4 % by then).
+USAGE_HORIZON_HALF_LIVES = 8
+RECENT_WAITS = 200
+
+
+def fraction(value: object) -> Fraction:
+    return Fraction(str(value))
+
+
+def snapshot_build(
+    *, now: datetime, cluster_unreachable_since: datetime | None = None
+) -> engine.Snapshot:
+    """The admission engine's view of the cluster and the policy at ``now``."""
+    gpu_classes = list(GpuClass.objects.active().order_by("name"))
+    card = RateCard.objects.in_force(now)
+    weights = (
+        {w.gpu_class_id: fraction(w.weight) for w in card.weights.all()} if card is not None else {}
+    )
+    by_id = {g.pk: g for g in gpu_classes}
+    half_life = (
+        FairShareSettings.objects.filter(pk=1).values_list("usage_half_life", flat=True).first()
+        or DEFAULT_USAGE_HALF_LIFE
+    )
+    pending = list(
+        Job.objects.filter(state=JobState.PENDING)
+        .select_related("team", "owner", "queue", "capability_class")
+        .order_by("id")
+    )
+    said = _scheduler_messages([j.pk for j in pending if j.not_before and j.not_before > now])
+    nodes = list(
+        Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
+    )
+    replicas_of = {n.name: n.time_slice_replicas for n in nodes}
+    return engine.Snapshot(
+        now=now,
+        gpu_classes=tuple(
+            engine.GpuClass(spec=g.spec(), weight=weights.get(g.pk, Fraction(1)))
+            for g in gpu_classes
+        ),
+        nodes=tuple(_node(n, by_id[n.gpu_class_id].name) for n in nodes if n.gpu_class_id in by_id),
+        queues=tuple(_queues(now)),
+        capability_classes=tuple(
+            c.request() for c in CapabilityClass.objects.active().order_by("name")
+        ),
+        teams=tuple(_teams(now, half_life, weights)),
+        reservations=tuple(
+            engine.Reservation(
+                id=r.pk,
+                team=r.team.name,
+                gpu_class=r.gpu_class.name,
+                amount=fraction(r.amount),
+                queue=r.queue.name if r.queue else None,
+                start=r.starts_at,
+                end=r.ends_at,
+            )
+            for r in Reservation.objects.active()
+            .select_related("team", "queue", "gpu_class")
+            .order_by("id")
+        ),
+        running=tuple(_running(replicas_of)),
+        pending=tuple(
+            engine.PendingJob(
+                id=job.pk,
+                queue=job.queue.name,
+                team=job.team.name,
+                user=job.owner.get_username(),
+                capability=job.capability_class.name,
+                submitted_at=job.submitted_at,
+                pods=job.pods,
+                gpus_per_pod=job.gpus_per_pod,
+                memory_gb=job.declared_gpu_memory_gb,
+                runtime_limit=job.runtime_limit,
+                priority=job.priority,
+                attempts=job.attempts,
+                cpu_millicores=job.cpu_millicores_per_pod,
+                memory_mib=job.memory_mib_per_pod,
+                not_before=job.not_before,
+                rollbacks=job.rollbacks,
+                unschedulable=said.get(job.pk, ""),
+            )
+            for job in pending
+        ),
+        cluster_unreachable_since=cluster_unreachable_since,
+    )
+
+
+def _scheduler_messages(job_ids: list[int]) -> dict[int, str]:
+    """What the cluster's scheduler said when each job was last rolled back (one query)."""
+    if not job_ids:
+        return {}
+    said: dict[int, str] = {}
+    for job_id, details in (
+        JobEvent.objects.filter(job_id__in=job_ids, kind=JobEvent.ROLLED_BACK)
+        .order_by("job_id", "at", "id")
+        .values_list("job_id", "details")
+    ):
+        said[job_id] = (details or {}).get("scheduler_message", "")  # the latest wins
+    return said
+
+
+def _node(node: Node, gpu_class: str) -> engine.Node:
+    outside = node.outside_devices or {}
+    replicas = node.time_slice_replicas
+    untolerated = tuple(
+        sorted(
+            f"{t['key']}={t['value']}:{t['effect']}"
+            if t.get("value")
+            else f"{t['key']}:{t['effect']}"
+            for t in node.taints
+            if t.get("key") not in (GPU_RESOURCE, MAINTENANCE_TAINT)
+            and t.get("effect") in ("NoSchedule", "NoExecute")
+        )
+    )
+    return engine.Node(
+        name=node.name,
+        gpu_class=gpu_class,
+        gpus=node.gpu_count,
+        mig=tuple(
+            engine.MigSlots(profile=profile, total=total, outside=int(outside.get(profile, 0)))
+            for profile, total in sorted(node.mig_layout.items())
+        ),
+        time_slice_replicas=replicas,
+        rack=node.rack,
+        network_domain=node.network_domain,
+        taints=untolerated,
+        healthy=node.healthy,
+        health_reason=node.health_reason,
+        maintenance=engine.MaintenanceState(node.maintenance or "none"),
+        maintenance_reason=node.maintenance_reason,
+        maintenance_until=node.maintenance_until,
+        outside_gpu_eq=Fraction(int(outside.get("gpu", 0)), replicas),
+        cpu_millicores=node.cpu_millicores,
+        memory_mib=node.memory_mib,
+    )
+
+
+def _queues(now: datetime) -> list[engine.Queue]:
+    queues = (
+        Queue.objects.active()
+        .order_by("name")
+        .prefetch_related("allowed_gpu_classes", "allowed_capability_classes", "teams")
+    )
+    waits: dict[int, list[timedelta]] = defaultdict(list)
+    recent = (
+        Job.objects.filter(admitted_at__isnull=False, admitted_at__gte=now - timedelta(days=14))
+        .annotate(wait=F("admitted_at") - F("submitted_at"))
+        .order_by("-admitted_at")
+        .values_list("queue_id", "wait")[: RECENT_WAITS * 20]
+    )
+    for queue_id, wait in recent:
+        if len(waits[queue_id]) < RECENT_WAITS:
+            waits[queue_id].append(wait)
+    return [
+        engine.Queue(
+            name=q.name,
+            priority=q.priority,
+            preemption=engine.PreemptionClass(q.preemption_class),
+            grace_period=q.grace_period or timedelta(0),
+            sharing=engine.SharingMode(q.sharing_mode),
+            gpu_classes=tuple(sorted(g.name for g in q.allowed_gpu_classes.all())),
+            capability_classes=tuple(sorted(c.name for c in q.allowed_capability_classes.all())),
+            max_runtime=q.max_runtime,
+            default_runtime=q.default_runtime,
+            checkpoint_interval=q.checkpoint_interval,
+            max_gpu_eq_per_job=fraction(q.max_gpus_per_job),
+            max_running_jobs_per_user=q.max_running_jobs_per_user,
+            max_gpu_eq_per_user=fraction(q.max_gpus_per_user) if q.max_gpus_per_user else None,
+            may_borrow=q.may_borrow,
+            reservation_only=q.reservation_only,
+            required_topology=engine.TopologyScope(q.required_topology or "none"),
+            teams=tuple(sorted(t.name for t in q.teams.all())),
+            recent_waits=tuple(sorted(waits.get(q.pk, []))),
+        )
+        for q in queues
+    ]
+
+
+def _teams(now: datetime, half_life: timedelta, weights: dict[int, Fraction]) -> list[engine.Team]:
+    usage: dict[int, float] = defaultdict(float)
+    horizon = now - half_life * USAGE_HORIZON_HALF_LIVES
+    intervals = UsageInterval.objects.exclude(ended_at__lt=horizon).values_list(
+        "team_id",
+        "gpu_class_id",
+        "devices",
+        "share_numerator",
+        "share_denominator",
+        "started_at",
+        "ended_at",
+    )
+    for team_id, gpu_class_id, devices, numerator, denominator, started, ended in intervals:
+        end = min(ended or now, now)
+        hours = max((end - started).total_seconds(), 0) / 3600
+        age = (now - end).total_seconds() / half_life.total_seconds()
+        weight = float(weights.get(gpu_class_id, Fraction(1)))
+        usage[team_id] += hours * devices * numerator / denominator * weight * 0.5**age
+    teams = (
+        Team.objects.active()
+        .order_by("name")
+        .prefetch_related(Prefetch("quotas", queryset=Quota.objects.select_related("gpu_class")))
+    )
+    return [
+        engine.Team(
+            name=t.name,
+            weight=fraction(t.fair_share_weight),
+            quotas=tuple(
+                engine.Quota(
+                    gpu_class=q.gpu_class.name,
+                    nominal=fraction(q.nominal),
+                    borrowing_limit=fraction(q.borrowing_limit),
+                )
+                for q in sorted(t.quotas.all(), key=lambda q: q.gpu_class.name)
+            ),
+            recent_usage=Fraction(usage.get(t.pk, 0.0)).limit_denominator(1000),
+        )
+        for t in teams
+    ]
+
+
+def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
+    """The jobs holding GPUs, read as plain values: thousands of them, and building a model
+    instance per job and per related row was most of a cycle's snapshot."""
+    classes = {g.pk: g for g in GpuClass.objects.all()}
+    shares: dict[tuple[int, str], Fraction] = {}
+    rows = (
+        Job.objects.filter(state__in=HOLDING_STATES, gpu_class__isnull=False)
+        .order_by("id")
+        .values_list(
+            "pk",
+            "team__name",
+            f"owner__{get_user_model().USERNAME_FIELD}",
+            "queue__name",
+            "gpu_class_id",
+            "nodes",
+            "gpus_per_pod",
+            "mig_profile",
+            "runtime_limit",
+            "started_at",
+            "priority",
+            "declared_gpu_memory_gb",
+            "last_checkpoint_at",
+            "checkpoint_interval",
+            "capacity_kind",
+            "reservation_id",
+            "pending_reasons",
+        )
+    )
+    running = []
+    for (
+        pk,
+        team,
+        user,
+        queue,
+        gpu_class_id,
+        nodes,
+        gpus_per_pod,
+        mig_profile,
+        runtime_limit,
+        started_at,
+        priority,
+        memory_gb,
+        last_checkpoint,
+        checkpoint_interval,
+        capacity_kind,
+        reservation_id,
+        pending_reasons,
+    ) in rows:
+        gpu_class = classes[gpu_class_id]
+        if mig_profile:
+            # What one pod holds in GPU-equivalents: a MIG slice is its share of the GPU, a
+            # time-sliced device 1 / replicas of its node.
+            key = (gpu_class_id, mig_profile)
+            if key not in shares:
+                shares[key] = gpu_class.mig_share(mig_profile)
+            per_pod = gpus_per_pod * shares[key]
+        else:
+            replicas = max((replicas_of.get(n, 1) for n in nodes), default=1)
+            per_pod = Fraction(gpus_per_pod, replicas)
+        unschedulable = next(
+            (
+                (r.get("details") or {}).get("scheduler_message", "")
+                for r in pending_reasons
+                if r.get("code") == engine.ReasonCode.CLUSTER_UNSCHEDULABLE
+            ),
+            "",
+        )
+        running.append(
+            engine.RunningJob(
+                id=pk,
+                team=team,
+                user=user,
+                queue=queue,
+                gpu_class=gpu_class.name,
+                pods=tuple(nodes),
+                gpu_eq_per_pod=per_pod,
+                runtime_limit=runtime_limit,
+                started_at=started_at,
+                priority=priority,
+                mig_profile=mig_profile or None,
+                memory_gb=memory_gb,
+                last_checkpoint=last_checkpoint,
+                checkpoint_interval=checkpoint_interval,
+                capacity=engine.CapacityKind(capacity_kind or "nominal"),
+                reservation_id=reservation_id,
+                unschedulable=unschedulable,
+            )
+        )
+    return running

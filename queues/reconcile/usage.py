@@ -1,0 +1,98 @@
+"""The usage pass: one usage interval per pod that held GPUs, opened and closed as the cluster
+reports them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from queues.cluster.pods import PodFacts
+from queues.models import (
+    Job,
+    Node,
+    UsageInterval,
+)
+from queues.reconcile.view import ClusterView, CycleReport
+
+
+def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
+    """Open an interval for every portal pod that started, close it when the pod ends or goes."""
+    pods = {p.uid: p for p in view.pods if p.job_id is not None}
+    # Every running pod has an open interval: read only what closing one needs.
+    open_rows = UsageInterval.objects.only(
+        "pod_uid", "pod_deleted_at", "grace_seconds", "started_at"
+    ).filter(ended_at__isnull=True)
+    open_intervals = list(open_rows)
+    known = {i.pod_uid for i in open_intervals}
+    started = [
+        p
+        for p in pods.values()
+        if p.node and p.devices and p.container.started_at and p.uid not in known
+    ]
+    if started:
+        # A pod whose interval already closed must not open a second one.
+        known |= set(
+            UsageInterval.objects.filter(pod_uid__in=[p.uid for p in started]).values_list(
+                "pod_uid", flat=True
+            )
+        )
+        started = [p for p in started if p.uid not in known]
+    jobs = Job.objects.select_related("team", "gpu_class").in_bulk({p.job_id for p in started})
+    replicas = dict(Node.objects.values_list("name", "time_slice_replicas"))
+    opened = [
+        UsageInterval(
+            job=jobs[p.job_id],
+            pod_uid=p.uid,
+            pod_name=p.name,
+            team=jobs[p.job_id].team,
+            cost_center=jobs[p.job_id].team.cost_center,
+            gpu_class=jobs[p.job_id].gpu_class,
+            node=p.node,
+            devices=sum(p.devices.values()),
+            share_numerator=share.numerator,
+            share_denominator=share.denominator,
+            started_at=p.container.started_at,
+            grace_seconds=p.grace_seconds,
+        )
+        for p in started
+        if p.job_id in jobs and jobs[p.job_id].gpu_class is not None
+        for share in [_share(p, jobs[p.job_id], replicas.get(p.node, 1))]
+    ]
+    # Unique pod UIDs keep a crashed cycle's rerun from counting a pod twice.
+    UsageInterval.objects.bulk_create(opened, ignore_conflicts=True)
+    report.intervals_opened += len(opened)
+    if opened:
+        # A pod that started and ended since the last cycle is closed in this one.
+        open_intervals += open_rows.filter(pod_uid__in=[i.pod_uid for i in opened])
+
+    for interval in open_intervals:
+        pod = pods.get(interval.pod_uid)
+        if pod is not None and pod.container.finished_at:
+            end, estimated = pod.container.finished_at, False
+        elif pod is not None and pod.phase in ("Succeeded", "Failed"):
+            end, estimated = now, True
+        elif pod is not None:
+            if pod.terminating and interval.pod_deleted_at is None:
+                UsageInterval.objects.filter(pk=interval.pk, pod_deleted_at__isnull=True).update(
+                    pod_deleted_at=pod.deleted_at or now, grace_seconds=pod.grace_seconds
+                )
+            continue
+        elif interval.pod_deleted_at is not None:
+            end = min(now, interval.pod_deleted_at + timedelta(seconds=interval.grace_seconds))
+            estimated = True
+        else:
+            end, estimated = now, True  # first seen gone
+        closed = UsageInterval.objects.filter(pk=interval.pk, ended_at__isnull=True).update(
+            ended_at=max(end, interval.started_at), end_estimated=estimated
+        )
+        report.intervals_closed += closed
+
+
+def _share(pod: PodFacts, job: Job, replicas: int) -> Fraction:
+    if (
+        job.mig_profile
+        and job.gpu_class is not None
+        and job.mig_profile in job.gpu_class.mig_profiles
+    ):
+        return job.gpu_class.mig_share(job.mig_profile)
+    return Fraction(1, replicas)

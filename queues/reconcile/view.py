@@ -1,0 +1,95 @@
+"""What one reconcile cycle reads from the cluster, and what it reports."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from queues.cluster.adapter import Cluster, ClusterUnreachable
+from queues.cluster.mirror import ClusterMirror
+from queues.cluster.nodes import Conventions, NodeFacts, node_facts
+from queues.cluster.pods import PodFacts, pod_facts
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (for the command's output, the logs, the benchmark and the tests)."""
+
+    ran: bool = True
+    unreachable: str = ""
+    transitions: Counter[str] = field(default_factory=Counter)
+    admitted: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    jobs_created: int = 0
+    jobs_deleted: int = 0
+    intervals_opened: int = 0
+    intervals_closed: int = 0
+    api_calls: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if not self.ran:
+            return "another reconcile holds the lease; nothing done"
+        moves = ", ".join(f"{k} {v}" for k, v in sorted(self.transitions.items())) or "none"
+        text = (
+            f"admitted {len(self.admitted)}, preempted {len(self.preempted)}, "
+            f"Jobs created {self.jobs_created}, deleted {self.jobs_deleted}, "
+            f"usage opened {self.intervals_opened}, closed {self.intervals_closed}; "
+            f"state changes: {moves}; {self.api_calls} API calls in {self.seconds:.2f} s"
+        )
+        return f"cluster unreachable ({self.unreachable}); " + text if self.unreachable else text
+
+
+@dataclass
+class ClusterView:
+    """What the cluster said at the start of a cycle."""
+
+    nodes: list[NodeFacts]
+    pods: list[PodFacts]  # bound pods of anyone, and the portal's unbound ones
+    jobs: dict[int, dict[str, Any]]  # the portal's Kubernetes Jobs by portal job id
+
+    def pods_of(self) -> dict[int, list[PodFacts]]:
+        grouped: dict[int, list[PodFacts]] = defaultdict(list)
+        for pod in self.pods:
+            if pod.job_id is not None:
+                grouped[pod.job_id].append(pod)
+        return grouped
+
+
+def conventions() -> Conventions:
+    return Conventions(
+        rack_label=settings.CLUSTER_RACK_LABEL,
+        network_domain_label=settings.CLUSTER_NETWORK_DOMAIN_LABEL,
+    )
+
+
+def read_cluster(cluster: Cluster, mirror: ClusterMirror | None = None) -> ClusterView:
+    """What the cluster has: from the watch-fed ``mirror`` (no API call), or else by listing
+    (four calls, however many jobs there are). A mirror that is failing raises
+    ``ClusterUnreachable`` with its error."""
+    if mirror is not None:
+        problem = mirror.error()
+        if problem:
+            raise ClusterUnreachable(problem)
+        raw_nodes = mirror.items("nodes")
+        all_pods = mirror.facts("pods", pod_facts)  # only pods that changed are read again
+        raw_jobs = mirror.items("jobs")
+    else:
+        raw_nodes = cluster.list_nodes().items
+        raw_pods = cluster.list_pods().items + cluster.list_portal_pods().items
+        all_pods = [pod_facts(raw) for raw in raw_pods]
+        raw_jobs = cluster.list_portal_jobs().items
+    nodes = [node_facts(n, conventions()) for n in raw_nodes]
+    seen: dict[str, PodFacts] = {}
+    for pod in all_pods:
+        if pod.node or pod.job_id is not None:
+            seen[pod.uid] = pod
+    jobs: dict[int, dict[str, Any]] = {}
+    for raw in raw_jobs:
+        label = (raw.get("metadata", {}).get("labels") or {}).get("gpuportal.io/job-id", "")
+        if label.isdigit():
+            jobs[int(label)] = raw
+    return ClusterView(nodes=nodes, pods=list(seen.values()), jobs=jobs)

@@ -1,0 +1,283 @@
+"""Members' job pages: submit with preview, my jobs, one job, cancel, resubmit."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+
+from queues.jobs.requests import JobRequest
+from queues.jobs.services import job_submit
+from queues.models import CapabilityClass, GpuClass, Job, JobState, Node, Queue, Team
+
+pytestmark = pytest.mark.django_db
+
+FORM = {
+    "team": "vision",
+    "queue": "training",
+    "capability_class": "bf16-large",
+    "pods": "1",
+    "gpus_per_pod": "4",
+    "cpu_millicores_per_pod": "4000",
+    "memory_mib_per_pod": "32768",
+    "runtime_limit": "6h",
+    "image": "registry.example/train:1",
+    "command": "python\ntrain.py",
+    "args": "--epochs\n3",
+    "env": "WANDB_MODE=offline",
+}
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def submit(user, team="vision", queue="batch", capability="any-gpu", **fields):
+    return job_submit(
+        request=JobRequest(
+            owner=user,
+            team=Team.objects.get(name=team),
+            queue=Queue.objects.get(name=queue),
+            capability_class=CapabilityClass.objects.get(name=capability),
+            image="registry.example/train:1",
+            command=["python", "train.py"],
+            **fields,
+        )
+    )
+
+
+@pytest.fixture
+def a100(example_policy):
+    Node.objects.create(
+        name="a100-1", gpu_class=GpuClass.objects.get(name="a100-80gb"), gpu_count=8
+    )
+
+
+def test_submitting_stores_the_job_as_typed_and_shows_it(mia):
+    response = logged_in(mia).post("/jobs/new", FORM, follow=True)
+
+    job = Job.objects.get()
+    assert response.redirect_chain == [(f"/jobs/{job.pk}/", 302)]
+    assert (job.team.name, job.queue.name, job.capability_class.name) == (
+        "vision",
+        "training",
+        "bf16-large",
+    )
+    assert job.command == ["python", "train.py"]
+    assert job.args == ["--epochs", "3"]
+    assert job.env == {"WANDB_MODE": "offline"}
+    assert job.runtime_limit == timedelta(hours=6)
+    assert f"Job {job.pk} submitted to queue training." in response.content.decode()
+
+
+def test_the_queues_terms_are_checked_field_by_field_and_nothing_is_stored(mia):
+    form = {**FORM, "runtime_limit": "8d", "pods": "5", "gpus_per_pod": "8", "priority": "11"}
+
+    response = logged_in(mia).post("/jobs/new", form)
+
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert errors["runtime_limit"] == ["8d is over queue training's maximum of 7d"]
+    assert errors["gpus_per_pod"] == [
+        "5 pod(s) × 8 = 40 GPU-equivalents is over queue training's maximum of 32 per job"
+    ]
+    assert errors["priority"] == ["must be from 0 to 10 in queue training"]
+    assert Job.objects.count() == 0
+
+
+def test_a_queue_the_team_may_not_use_and_a_malformed_field(mia):
+    form = {**FORM, "queue": "inference", "capability_class": "inference-16gb", "env": "not a pair"}
+
+    errors = logged_in(mia).post("/jobs/new", form).context["form"].errors
+
+    assert "queue" in errors  # inference is not offered to mia's teams at all
+    assert errors["env"] == ["line 1: write NAME=value, with a name of letters, digits and _"]
+
+
+def test_preview_says_it_would_start_now_with_its_cost_and_stores_nothing(a100, mia):
+    response = logged_in(mia).post("/jobs/new", {**FORM, "preview": "1"})
+
+    html = response.content.decode()
+    assert "Would start now on <strong>a100-80gb</strong> (nominal capacity)." in html
+    assert "Cost: 12.00 EUR per hour on a100-80gb." in html
+    assert Job.objects.count() == 0
+
+
+def test_preview_as_an_htmx_partial(a100, mia):
+    response = logged_in(mia).post("/jobs/new", {**FORM, "preview": "1"}, HTTP_HX_REQUEST="true")
+
+    assert response.templates[0].name == "jobs/_preview.html"
+    assert b'id="preview"' in response.content
+
+
+def test_my_jobs_are_listed_and_filtered(mia, example_policy):
+    from django.contrib.auth import get_user_model
+
+    noah = get_user_model().objects.get(username="noah")
+    mine = submit(mia)
+    teammates = submit(noah, team="nlp")
+    other = submit(get_user_model().objects.get(username="sam"), team="speech")
+    client = logged_in(mia)
+
+    assert [j.pk for j in client.get("/jobs/").context["page"]] == [mine.pk]
+    assert [j.pk for j in client.get("/jobs/?mine=0").context["page"]] == [teammates.pk, mine.pk]
+    assert [j.pk for j in client.get("/jobs/?mine=0&team=nlp").context["page"]] == [teammates.pk]
+    assert other.pk not in [j.pk for j in client.get("/jobs/?mine=0").context["page"]]
+    assert list(client.get("/jobs/?state=running").context["page"]) == []
+
+
+def test_the_job_list_costs_the_same_queries_however_many_jobs(mia, django_assert_max_num_queries):
+    for _ in range(3):
+        submit(mia)
+    client = logged_in(mia)
+    client.get("/jobs/")
+    for _ in range(20):
+        submit(mia)
+
+    with django_assert_max_num_queries(12):
+        response = client.get("/jobs/")
+
+    assert len(response.context["page"]) == 23
+
+
+def test_a_job_page_shows_reasons_hints_and_the_timeline(mia):
+    job = submit(mia)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reasons=[
+            {
+                "code": "QuotaExceeded",
+                "message": "team vision: h100-80gb quota 8/8 in use",
+                "details": {},
+                "hint": "capability class `any-gpu` would also match the free L4s",
+            }
+        ],
+        position=2,
+        queue_length=5,
+    )
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    assert "position 2 of 5 in queue batch" in html
+    assert "team vision: h100-80gb quota 8/8 in use" in html
+    assert "→ capability class `any-gpu` would also match the free L4s" in html
+    assert "submitted to queue batch" in html
+    assert 'hx-trigger="every 3s"' in html  # it refreshes itself while the job is live
+
+
+def test_times_inside_reasons_and_the_timeline_are_shown_in_the_viewers_zone(mia):
+    from queues.models import JobEvent
+
+    job = submit(mia)
+    Job.objects.filter(pk=job.pk).update(
+        pending_reasons=[
+            {
+                "code": "Maintenance",
+                "message": "1 of 3 nodes is in maintenance (n2: <ECC>, back 2026-12-03 14:00 UTC)",
+                "details": {},
+                "hint": "n2 is expected back at 2026-12-03 14:00 UTC",
+            }
+        ]
+    )
+    JobEvent.objects.create(
+        job=job,
+        at=job.submitted_at,
+        kind="requeued",
+        message="pods gone; not admitted before 2026-12-03T08:01:30+00:00",
+    )
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    # Marked up as <time> (localtime.js shows it in the viewer's zone; UTC stays on hover),
+    # and the rest of the text still escaped.
+    assert (
+        "(n2: &lt;ECC&gt;, back "
+        '<time datetime="2026-12-03T14:00:00Z">2026-12-03 14:00 UTC</time>)' in html
+    )
+    assert 'back at <time datetime="2026-12-03T14:00:00Z">2026-12-03 14:00 UTC</time>' in html
+    assert (
+        'not admitted before <time datetime="2026-12-03T08:01:30Z">'
+        "2026-12-03T08:01:30+00:00</time>" in html
+    )
+
+
+def test_the_live_part_is_a_small_partial(mia):
+    job = submit(mia)
+
+    response = logged_in(mia).get(f"/jobs/{job.pk}/", HTTP_HX_REQUEST="true")
+
+    assert response.templates[0].name == "jobs/_status.html"
+    assert b"<html" not in response.content
+
+
+def test_other_teams_jobs_are_not_found(mia, example_policy):
+    from django.contrib.auth import get_user_model
+
+    theirs = submit(get_user_model().objects.get(username="sam"), team="speech")
+
+    assert logged_in(mia).get(f"/jobs/{theirs.pk}/").status_code == 404
+    assert logged_in(mia).post(f"/jobs/{theirs.pk}/cancel").status_code == 404
+
+
+def test_only_the_owner_or_an_admin_cancels(mia, ada, example_policy):
+    from django.contrib.auth import get_user_model
+
+    noah = get_user_model().objects.get(username="noah")
+    job = submit(mia, team="nlp")
+
+    assert logged_in(noah).post(f"/jobs/{job.pk}/cancel").status_code == 403
+    response = logged_in(mia).post(f"/jobs/{job.pk}/cancel", follow=True)
+
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    assert f"Job {job.pk} cancelled." in response.content.decode()
+    again = logged_in(ada).post(f"/jobs/{job.pk}/cancel", follow=True)
+    assert f"Job {job.pk} has already ended (cancelled)." in again.content.decode()
+
+
+def test_resubmitting_prefills_the_form_with_the_old_job(mia):
+    job = submit(mia, pods=2, gpus_per_pod=3, args=["--lr", "3e-4"], env={"SEED": "7"})
+
+    form = logged_in(mia).get(f"/jobs/new?from={job.pk}").context["form"]
+
+    assert form.initial["pods"] == 2
+    assert form["args"].value() == "--lr\n3e-4"
+    assert form["env"].value() == "SEED=7"
+    assert form["runtime_limit"].value() == "12h"
+
+
+def test_a_waiting_job_page_offers_what_would_start_it_sooner(mia, example_policy):
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from queues.models import Quota
+    from tests.factories import JobFactory
+
+    t4 = GpuClass.objects.get(name="t4")
+    Node.objects.create(name="t4-1", gpu_class=t4, gpu_count=4, time_slice_replicas=4)
+    Node.objects.create(name="l4-1", gpu_class=GpuClass.objects.get(name="l4"), gpu_count=16)
+    # vision's T4 quota is one replica, and victor holds it.
+    Quota.objects.filter(team__name="vision", gpu_class=t4).update(nominal="0.25")
+    JobFactory(
+        owner=get_user_model().objects.get(username="victor"),
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="interactive"),
+        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+        state="running",
+        gpu_class=t4,
+        nodes=["t4-1"],
+        capacity_kind="nominal",
+        started_at=timezone.now(),
+    )
+    job = submit(mia, queue="interactive", capability="any-gpu", declared_gpu_memory_gb=4)
+
+    page = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+    response = logged_in(mia).get(f"/jobs/{job.pk}/alternatives")
+
+    # The what-ifs are loaded after the page itself.
+    assert f'hx-get="/jobs/{job.pk}/alternatives" hx-trigger="load"' in page
+    found = {(a.queue, a.capability, a.admitted_now) for a in response.context["alternatives"]}
+    assert ("batch", "any-gpu", True) in found  # batch may run it on a free L4 at once
+    assert "Would start sooner" in response.content.decode()

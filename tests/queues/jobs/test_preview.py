@@ -1,0 +1,66 @@
+"""The submit preview: the same engine, nothing saved."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from queues.jobs.preview import job_preview
+from queues.jobs.requests import JobRequest
+from queues.models import CapabilityClass, GpuClass, Job, Node, Queue, Team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def nodes(example_policy):
+    a100 = GpuClass.objects.get(name="a100-80gb")
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    Node.objects.create(name="a100-1", gpu_class=a100, gpu_count=8, network_domain="ib-b")
+    Node.objects.create(name="h100-1", gpu_class=h100, gpu_count=8, network_domain="ib-a")
+
+
+def request(user, team="vision", queue="training", capability="bf16-large", **fields):
+    return JobRequest(
+        owner=user,
+        team=Team.objects.get(name=team),
+        queue=Queue.objects.get(name=queue),
+        capability_class=CapabilityClass.objects.get(name=capability),
+        image="registry.example/train:1",
+        command=["python", "train.py"],
+        **fields,
+    )
+
+
+def test_a_request_that_fits_starts_now_on_the_cheapest_class_with_its_cost(nodes, mia):
+    preview = job_preview(request=request(mia, gpus_per_pod=4))
+
+    assert preview.starts_now
+    assert (preview.gpu_class, preview.capacity) == ("a100-80gb", "nominal")
+    # 4 GPUs × weight 2.5 × 1.20 EUR
+    assert (preview.cost_per_hour, preview.currency) == (Decimal("12.00"), "EUR")
+    assert Job.objects.count() == 0
+
+
+def test_a_request_that_must_wait_says_why_and_what_would_start_it_sooner(nodes, mia):
+    preview = job_preview(request=request(mia, pods=2, gpus_per_pod=8), now=timezone.now())
+
+    assert not preview.starts_now
+    assert preview.binding is not None
+    assert preview.binding.code.value in {"QuotaExceeded", "InsufficientCapacity", "Fragmentation"}
+    assert preview.binding.message
+    assert Job.objects.count() == 0
+
+
+def test_an_invalid_request_returns_its_errors_only(nodes, mia):
+    preview = job_preview(request=request(mia, capability="any-gpu"))
+
+    assert preview.errors == {
+        "capability_class": [
+            "queue training does not allow capability class any-gpu "
+            "(allowed: bf16-large, fp8, multi-node-rdma)"
+        ]
+    }
+    assert not preview.starts_now

@@ -1,0 +1,815 @@
+"""The reconcile against the simulated cluster, over real HTTP with the official client."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from rest_framework.test import APIClient
+
+from queues.cluster.adapter import Cluster
+from queues.models import CapabilityClass, Job, JobState, Node, Queue, Team, UsageInterval
+from queues.reconcile.cycle import reconcile_cycle
+from simcluster.kubelet import DURATION_ANNOTATION
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster(sim_cluster, example_policy):
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture
+def cycle(sim_cluster, cluster):
+    def run():
+        return reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+
+    return run
+
+
+def submit(user, *, team="vision", queue="batch", capability="any-gpu", seconds=600, **fields):
+    env = fields.pop("env", {})
+    return JobFactory(
+        owner=user,
+        team=Team.objects.get(name=team),
+        queue=Queue.objects.get(name=queue),
+        capability_class=CapabilityClass.objects.get(name=capability),
+        env={"SIM_DURATION_SECONDS": str(seconds), **env},
+        **fields,
+    )
+
+
+def test_nodes_are_mirrored_as_the_cluster_labels_them(cycle):
+    cycle()
+
+    h100 = Node.objects.filter(gpu_class__name="h100-80gb")
+    assert h100.count() == 5
+    cordoned = h100.get(maintenance="cordoned")
+    assert cordoned.maintenance_reason == "NVLink replacement"
+    assert cordoned.maintenance_until is not None
+    unhealthy = Node.objects.get(healthy=False)
+    assert unhealthy.gpu_class.name == "l4"
+    assert "double-bit ECC errors on GPU 2" in unhealthy.health_reason
+    t4 = Node.objects.filter(gpu_class__name="t4").first()
+    assert (t4.gpu_count, t4.time_slice_replicas) == (4, 4)
+    mig = Node.objects.exclude(mig_layout={}).get()
+    assert mig.mig_layout == {"1g.10gb": 28, "3g.40gb": 8}
+    assert {n.network_domain for n in h100} == {"ib-a"}
+    # Allocatable, not capacity: what a pod may ask of the node.
+    assert {(n.cpu_millicores, n.memory_mib) for n in h100} == {(190_000, 1900 * 1024)}
+
+
+def test_a_job_lives_from_pending_to_succeeded_with_the_clusters_times(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", gpus_per_pod=2, seconds=600)
+
+    first = cycle()
+
+    job.refresh_from_db()
+    assert first.admitted == [job.pk]
+    assert job.state == JobState.ADMITTED
+    assert job.k8s_job_name == f"gpuportal-job-{job.pk}"
+    assert job.gpu_class.name == "a100-80gb"  # the cheapest class with 40 GB or more
+    sim_cluster.advance(30)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    interval = UsageInterval.objects.get(job=job)
+    assert interval.started_at == job.started_at
+    assert (interval.devices, interval.share, interval.ended_at) == (2, 1, None)
+    sim_cluster.advance(600)
+
+    cycle()
+
+    job.refresh_from_db()
+    interval.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+    assert job.exit_code == 0
+    assert interval.ended_at - interval.started_at == timedelta(seconds=600)
+    assert not interval.end_estimated
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+
+
+def test_a_jobs_pods_are_told_where_the_portal_is_with_a_token_for_this_job_alone(
+    sim_cluster, cycle, mia, settings
+):
+    settings.PORTAL_URL = "https://gpus.example.org"
+    job = submit(mia, seconds=600)
+
+    cycle()
+
+    created = sim_cluster.batch().read_namespaced_job(f"gpuportal-job-{job.pk}", "team-vision")
+    env = {e.name: e.value for e in created.spec.template.spec.containers[0].env}
+    assert env["GPUPORTAL_API_URL"] == "https://gpus.example.org"
+    assert env["GPUPORTAL_JOB_ID"] == str(job.pk)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {env['GPUPORTAL_JOB_TOKEN']}")
+    sim_cluster.advance(30)
+    cycle()  # running: a checkpoint may be reported
+    assert client.post(f"/api/jobs/{job.pk}/checkpoint/").status_code == 200
+    assert client.get(f"/api/jobs/{job.pk}/").status_code == 401  # that token opens nothing else
+
+
+def test_a_job_that_runs_past_its_limit_fails_timed_out(sim_cluster, cycle, mia):
+    job = submit(mia, seconds=100_000, runtime_limit=timedelta(minutes=10))
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    sim_cluster.advance(11 * 60)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.FAILED, "TimedOut")
+    assert job.terminating  # its pods are still going
+    sim_cluster.advance(120)
+    cycle()
+    cycle()
+    job.refresh_from_db()
+    assert not job.terminating
+    assert UsageInterval.objects.get(job=job).ended_at is not None
+
+
+def test_a_waiting_job_gets_its_reasons_and_position(cycle, mia):
+    # vision may use 4 nominal + 4 borrowed A100s in training; 16 is over any quota it has.
+    job = submit(mia, queue="interactive", capability="any-gpu", gpus_per_pod=1, pods=1)
+    too_big = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+
+    cycle()
+
+    too_big.refresh_from_db()
+    assert too_big.state == JobState.PENDING
+    assert too_big.pending_reasons[0]["code"] in {"QuotaExceeded", "UserLimit"}
+    assert too_big.pending_reasons[0]["message"]
+    assert too_big.position == 1
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+
+
+def test_running_twice_changes_nothing_more(sim_cluster, cycle, mia):
+    submit(mia, capability="min-40gb")
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    jobs_before = list(Job.objects.values_list("id", "state", "started_at"))
+    intervals_before = list(UsageInterval.objects.values_list("pod_uid", "started_at", "ended_at"))
+
+    again = cycle()
+
+    assert list(Job.objects.values_list("id", "state", "started_at")) == jobs_before
+    assert (
+        list(UsageInterval.objects.values_list("pod_uid", "started_at", "ended_at"))
+        == intervals_before
+    )
+    assert again.jobs_created == 0 and again.admitted == []
+
+
+def test_gpus_held_outside_the_portal_are_mirrored(sim_cluster, cycle):
+    sim_cluster.create_foreign_pod(gpus=3, node="h100-02")
+    sim_cluster.advance(5)
+
+    cycle()
+
+    node = Node.objects.get(name="h100-02")
+    assert node.outside_devices == {"gpu": 3}
+    assert node.gpus_used_outside == Decimal(3)
+
+
+def small_cluster(*groups: dict) -> dict:
+    return {
+        "simulation": {"default_duration_seconds": 1800, "image_pull_seconds": 0},
+        "node_groups": list(groups),
+    }
+
+
+def gpu_group(name: str, product: str, count: int, nodes: list[str], **extra) -> dict:
+    return {
+        "name": name,
+        "labels": {
+            "nvidia.com/gpu.product": product,
+            "nvidia.com/gpu.count": str(count),
+            "network.gpuportal.io/domain": "ib-a",
+            "topology.kubernetes.io/rack": "rack-1",
+        },
+        "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(count)},
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        "nodes": [{"name": n} for n in nodes],
+        **extra,
+    }
+
+
+@pytest.fixture
+def l4_cluster(sim_cluster_factory, example_policy):
+    """One node of 4 L4s; search holds a standing reservation of all 4; vision may only borrow."""
+    from queues.models import Quota, Reservation
+
+    Reservation.objects.filter(name="speech-inference").delete()
+    Quota.objects.filter(team__name="vision", gpu_class__name="l4").update(
+        nominal=0, borrowing_limit=4
+    )
+    sim = sim_cluster_factory(nodes=small_cluster(gpu_group("l4", "NVIDIA-L4", 4, ["l4-a"])))
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    yield sim, adapter
+    adapter.close()
+
+
+def test_a_reservation_holder_reclaims_its_gpus_from_borrowing_batch_work(l4_cluster, mia, sara):
+    sim, adapter = l4_cluster
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    batch = submit(mia, queue="batch", capability="inference-16gb", gpus_per_pod=4, seconds=100_000)
+    cycle()
+    sim.advance(10)
+    cycle()
+    batch.refresh_from_db()
+    assert (batch.state, batch.capacity_kind) == (JobState.RUNNING, "borrowed")
+
+    inference = submit(
+        sara, team="search", queue="inference", capability="inference-16gb", gpus_per_pod=4
+    )
+    first = cycle()
+
+    batch.refresh_from_db()
+    inference.refresh_from_db()
+    assert first.preempted == [batch.pk]
+    assert (batch.state, batch.terminating) == (JobState.PREEMPTED, True)
+    assert inference.state == JobState.PENDING
+    sim.advance(60)  # the batch pods get their grace period, then go
+    cycle()
+    cycle()
+
+    batch.refresh_from_db()
+    inference.refresh_from_db()
+    assert (batch.state, batch.attempts) == (JobState.PENDING, 1)
+    assert (inference.state, inference.capacity_kind) == (JobState.RUNNING, "reserved")
+    assert [e.kind for e in batch.events.all()] == ["admitted", "started", "preempted", "requeued"]
+    interval = UsageInterval.objects.get(job=batch)
+    assert interval.ended_at is not None
+
+
+def test_cancelling_a_running_job_deletes_its_kubernetes_job(sim_cluster, cycle, mia):
+    from queues.jobs.services import job_cancel
+
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    job.refresh_from_db()
+
+    job = job_cancel(job=job, by=mia)
+
+    assert (job.state, job.terminating) == (JobState.CANCELLED, True)
+    report = cycle()
+    assert report.jobs_deleted == 1
+    sim_cluster.advance(60)
+    cycle()
+    job.refresh_from_db()
+    assert not job.terminating
+    assert UsageInterval.objects.get(job=job).ended_at is not None
+
+
+def test_a_job_deleted_outside_the_portal_fails_and_its_usage_closes(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    job.refresh_from_db()
+
+    sim_cluster.delete_job_out_of_band(job.team.namespace, job.k8s_job_name)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.FAILED, "deleted outside the portal")
+    sim_cluster.advance(60)
+    cycle()
+    interval = UsageInterval.objects.get(job=job)
+    assert interval.ended_at is not None
+
+
+def test_a_refused_create_is_retried_then_fails_with_the_apis_message(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb")
+    sim_cluster.fail_requests(
+        3, status=403, method="POST", path="/jobs$", message="jobs.batch is forbidden"
+    )
+
+    cycle()
+    cycle()
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.failure_reason == "cluster refused: jobs.batch is forbidden"
+    assert [e.kind for e in job.events.all()] == [
+        "admitted",
+        "cluster refused",
+        "cluster refused",
+        "failed",
+    ]
+
+
+def test_an_unreachable_cluster_shows_on_pending_jobs_and_the_next_cycle_catches_up(
+    sim_cluster, cycle, mia
+):
+    from queues.models import ClusterStatus
+
+    job = submit(mia, capability="min-40gb")
+    sim_cluster.fail_requests(1, status=503, method="GET")
+
+    report = cycle()
+
+    job.refresh_from_db()
+    assert report.unreachable
+    assert job.state == JobState.PENDING
+    assert job.pending_reasons[0]["code"] == "ClusterUnreachable"
+    assert ClusterStatus.objects.get().unreachable_since is not None
+
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    assert ClusterStatus.objects.get().reachable
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_job_in_plain_words(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", image="registry.example/does-not-exist:1")
+    cycle()
+    sim_cluster.advance(30)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert job.failure_reason.startswith(("ErrImagePull", "ImagePullBackOff"))
+
+
+def test_an_oom_killed_pod_fails_the_job_with_the_reason(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    pod = sim_cluster.core().list_namespaced_pod(job.team.namespace).items[0]
+
+    sim_cluster.oom_kill(job.team.namespace, pod.metadata.name)
+    sim_cluster.advance(5)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason, job.exit_code) == (JobState.FAILED, "OOMKilled", 137)
+
+
+class Crash(Exception):
+    """Stands for the worker being killed at that point (the one thing a test cannot do for
+    real inside its own process)."""
+
+
+STEPS = [
+    "nodes_sync",
+    "jobs_sync",
+    "usage_sync",
+    "plan_apply",
+    "queue_estimates_store",
+    "cluster_apply",
+    "queue_stats_refresh",
+]
+CYCLES = ["admitting", "starting", "finishing"]
+# Every step boundary in each cycle of a job's life, and the moment right after the Job was
+# created in the cluster but before the portal noted it (a Job is created only when admitting).
+CRASHES = [(step, n) for step in STEPS for n in range(3)] + [("create_job", 0)]
+
+
+@pytest.mark.parametrize(
+    ("point", "crash_in_cycle"), CRASHES, ids=[f"{p}-{CYCLES[n]}" for p, n in CRASHES]
+)
+def test_a_crash_at_any_step_loses_nothing_and_duplicates_nothing(
+    sim_cluster, cluster, mia, monkeypatch, point, crash_in_cycle
+):
+    import queues.reconcile.cycle as reconcile
+
+    job = submit(mia, capability="min-40gb", pods=2, gpus_per_pod=1, seconds=600)
+    cycles = {"n": 0, "crashes": 0}
+
+    def crashing(real):
+        def wrapper(*args, **kwargs):
+            result = real(*args, **kwargs)  # the step's writes are done (and committed) …
+            if cycles["n"] == crash_in_cycle:
+                raise Crash(point)  # … and the process dies before the next step
+            return result
+
+        return wrapper
+
+    if point == "create_job":
+        monkeypatch.setattr(cluster, "create_job", crashing(cluster.create_job))
+    else:
+        monkeypatch.setattr(reconcile, point, crashing(getattr(reconcile, point)))
+
+    def cycle():
+        try:
+            reconcile.reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+        except Crash:
+            cycles["crashes"] += 1
+        cycles["n"] += 1
+
+    for advance in (0, 30, 600, 5, 5):
+        sim_cluster.advance(advance)
+        cycle()
+
+    assert cycles["crashes"] == 1
+    job.refresh_from_db()
+    assert job.state == JobState.SUCCEEDED
+    k8s_jobs = sim_cluster.batch().list_namespaced_job(job.team.namespace).items
+    assert [j.metadata.name for j in k8s_jobs] == [f"gpuportal-job-{job.pk}"]
+    intervals = list(UsageInterval.objects.filter(job=job))
+    assert len(intervals) == 2
+    for interval in intervals:
+        assert interval.ended_at - interval.started_at == timedelta(seconds=600)
+        assert not interval.end_estimated
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+
+
+def test_a_job_with_the_portals_labels_but_unknown_to_it_is_reported_not_deleted(
+    sim_cluster, cycle, mia
+):
+    from queues.cluster.manifests import LaunchSpec, job_manifest
+    from queues.models import ClusterStatus
+
+    stray = job_manifest(
+        LaunchSpec(
+            job_id=99999,
+            namespace="team-vision",
+            team="vision",
+            queue="batch",
+            image="registry.example/x:1",
+            command=["true"],
+            args=[],
+            env={},
+            nodes=["a100-01"],
+            devices_per_pod=1,
+        )
+    )
+    sim_cluster.core().create_namespace({"metadata": {"name": "team-vision"}})
+    sim_cluster.batch().create_namespaced_job("team-vision", stray)
+
+    cycle()
+    cycle()
+
+    assert ClusterStatus.objects.get().unknown_jobs == ["team-vision/gpuportal-job-99999"]
+    names = [j.metadata.name for j in sim_cluster.batch().list_namespaced_job("team-vision").items]
+    assert names == ["gpuportal-job-99999"]
+
+
+def test_each_cycle_publishes_every_queues_expected_wait_per_team(sim_cluster, cycle, mia):
+    from queues.models import QueueEstimate
+
+    cycle()
+
+    estimates = {
+        (e.queue.name, e.team.name): e
+        for e in QueueEstimate.objects.select_related("queue", "team")
+    }
+    # An idle cluster: the default job of every queue starts now, for every team that may use it.
+    assert estimates[("batch", "vision")].estimated_start == sim_cluster.now()
+    assert estimates[("training", "nlp")].estimated_start == sim_cluster.now()
+    assert ("inference", "vision") not in estimates
+    # inference runs only on reservations: search holds one, so its default job starts now too.
+    assert estimates[("inference", "search")].estimated_start == sim_cluster.now()
+
+
+def test_each_cycle_refreshes_the_catalogs_numbers(sim_cluster, cycle, mia):
+    from decimal import Decimal
+
+    from queues.models import QueueStats
+
+    submit(mia, queue="training", capability="bf16-large", pods=1, gpus_per_pod=4)
+    cycle()
+
+    stats = QueueStats.objects.get(queue__name="training")
+    assert (stats.pending, stats.running) == (0, 0)  # admitted: neither waiting nor running yet
+    # 2 whole-GPU A100 nodes (16) + the MIG node's slices (28 × 1/7 + 8 × 3/7), 4 now held.
+    assert Decimal(stats.free["a100-80gb"]) == Decimal("19.43")
+    assert Decimal(stats.free["h100-80gb"]) == Decimal("32.00")  # h100-05 is in maintenance
+
+
+def test_a_mig_job_runs_on_a_slice_and_is_counted_as_its_share(sim_cluster, cycle, mia):
+    from fractions import Fraction
+
+    job = submit(mia, queue="interactive-mig", capability="mig-1g.10gb", mig_profile="1g.10gb")
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.nodes) == (JobState.RUNNING, ["a100-03"])
+    pod = sim_cluster.core().list_namespaced_pod(job.team.namespace).items[0]
+    assert pod.spec.containers[0].resources.limits["nvidia.com/mig-1g.10gb"] == "1"
+    interval = UsageInterval.objects.get(job=job)
+    assert (interval.devices, interval.share) == (1, Fraction(1, 7))
+
+
+def test_a_time_sliced_job_holds_one_replica(sim_cluster, cycle, mia):
+    from fractions import Fraction
+
+    job = submit(mia, queue="interactive", capability="any-gpu", declared_gpu_memory_gb=8)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert job.nodes[0].startswith("t4-")
+    assert UsageInterval.objects.get(job=job).share == Fraction(1, 4)
+
+
+def test_a_pod_too_big_for_the_cheaper_classs_nodes_runs_on_a_class_that_can_hold_it(
+    sim_cluster, cycle, mia
+):
+    # The A100 nodes allocate 126 cores, the H100 nodes 190 (examples/cluster.yaml); A100s are
+    # the cheaper class, and vision's A100 quota takes one 4-GPU job.
+    big = submit(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        gpus_per_pod=4,
+        cpu_millicores_per_pod=150_000,
+    )
+    cycle()
+    small = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=4)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+
+    small.refresh_from_db()
+    big.refresh_from_db()
+    assert (small.gpu_class.name, small.state) == ("a100-80gb", JobState.RUNNING)
+    assert (big.gpu_class.name, big.state) == ("h100-80gb", JobState.RUNNING)
+
+
+def a100_pair(sim_cluster_factory, b_cpu: str = "64"):
+    from queues.models import Quota
+
+    Quota.objects.filter(team__name="vision", gpu_class__name="a100-80gb").update(nominal=16)
+    a = gpu_group("a100", "NVIDIA-A100-SXM4-80GB", 8, ["a100-a"])
+    b = gpu_group("a100-b", "NVIDIA-A100-SXM4-80GB", 8, ["a100-b"])
+    b["allocatable"]["cpu"] = b_cpu
+    return sim_cluster_factory(nodes=small_cluster(a, b))
+
+
+@pytest.fixture
+def cpu_starved(sim_cluster_factory, example_policy):
+    """Two A100 nodes of 64 cores; someone else's CPU-only pod holds 40 cores of a100-b. The
+    portal counts GPUs, not the CPU other pods use: only the cluster's scheduler can tell."""
+    sim = a100_pair(sim_cluster_factory)
+    core = sim.core()
+    core.create_namespace({"metadata": {"name": "etl"}})
+    core.create_namespaced_pod(
+        "etl",
+        {
+            "metadata": {"name": "etl-1", "annotations": {DURATION_ANNOTATION: "inf"}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "a100-b"},
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "etl", "image": "etl:1", "resources": {"limits": {"cpu": "40"}}}
+                ],
+            },
+        },
+    )
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    yield sim, adapter
+    adapter.close()
+
+
+def test_a_gang_is_not_admitted_onto_a_node_too_small_for_its_pods(
+    sim_cluster_factory, example_policy, mia
+):
+    sim = a100_pair(sim_cluster_factory, b_cpu="16")  # a100-b allocates 16 cores
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    try:
+        job = stuck_gang(mia)
+        reconcile_cycle(cluster=adapter, now=sim.now())
+    finally:
+        adapter.close()
+
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    reason = next(r for r in job.pending_reasons if r["code"] == "InsufficientCapacity")
+    assert reason["message"] == (
+        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; the "
+        "free a100-80gb GPUs are on nodes without the CPU or memory for that (a100-b holds none)"
+    )
+
+
+def stuck_gang(mia) -> Job:
+    """Two pods of 8 GPUs and 32 cores: one for a100-a, one for a100-b."""
+    return submit(
+        mia,
+        queue="training",
+        capability="bf16-large",
+        pods=2,
+        gpus_per_pod=8,
+        cpu_millicores_per_pod=32_000,
+        seconds=3600,
+    )
+
+
+def test_the_schedulers_message_reaches_the_job_and_a_stuck_gang_is_rolled_back(cpu_starved, mia):
+    from queues.admission.reasons import time_text
+
+    sim, adapter = cpu_starved
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    job = stuck_gang(mia)
+    cycle()
+    sim.advance(5)
+    cycle()
+
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    reason = job.pending_reasons[0]
+    assert reason["code"] == "ClusterUnschedulable"
+    said = reason["details"]["scheduler_message"]
+    assert "Insufficient cpu" in said
+    assert reason["message"] == f"admitted, but the cluster's scheduler cannot place a pod: {said}"
+
+    sim.advance(6 * 60)
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.rollbacks) == (JobState.PREEMPTED, 1)
+    rollback = job.events.get(kind="rolled back")
+    assert rollback.message == (
+        f"only 1 of 2 pods started within 5 minutes; the scheduler said: {said}; "
+        "back in the queue once its pods are gone, held back 1 minute"
+    )
+    assert (rollback.details["rollbacks"], rollback.details["backoff_seconds"]) == (1, 60)
+
+    sim.advance(11 * 60)  # the running pod gets training's 10-minute grace period
+    cycle()
+
+    # Requeued, its attempt counted, and held back a minute from now: not admitted straight
+    # back into the same stuck state, and it says why, with the scheduler's words.
+    job.refresh_from_db()
+    requeued_at = job.events.get(kind="requeued").at
+    assert (job.state, job.attempts) == (JobState.PENDING, 1)
+    assert job.not_before == requeued_at + timedelta(minutes=1)
+    assert [r["code"] for r in job.pending_reasons] == ["ClusterUnschedulable"]
+    retry = datetime.fromtimestamp(math.ceil(job.not_before.timestamp() / 60) * 60, UTC)
+    assert job.pending_reasons[0]["message"] == (
+        f"rolled back once: the cluster could not start it; the scheduler said: "
+        f"{said}; the portal tries again at {time_text(retry)}"
+    )
+    assert job.pending_reasons[0]["details"]["rollbacks"] == 1
+
+    sim.advance(30)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+    sim.advance(31)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+    # Admission ends the hold (a preemption before it starts requeues it without one); the
+    # count of roll-backs in a row stays until it starts, so the next back-off is longer.
+    assert (job.not_before, job.rollbacks) == (None, 1)
+    assert [e.kind for e in job.events.all()] == ["admitted", "rolled back", "requeued", "admitted"]
+
+
+def test_a_job_held_back_does_not_hold_up_the_jobs_behind_it(cpu_starved, mia):
+    sim, adapter = cpu_starved
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    stuck = stuck_gang(mia)
+    cycle()
+    sim.advance(6 * 60)
+    cycle()
+    sim.advance(11 * 60)
+    cycle()  # requeued and held back
+    small = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=8, seconds=600)
+    cycle()
+
+    stuck.refresh_from_db()
+    small.refresh_from_db()
+    assert (stuck.state, small.state) == (JobState.PENDING, JobState.ADMITTED)
+
+
+def test_a_job_that_starts_after_roll_backs_is_backed_off_no_more(cpu_starved, mia):
+    sim, adapter = cpu_starved
+    job = stuck_gang(mia)
+    Job.objects.filter(pk=job.pk).update(rollbacks=3, not_before=sim.now())
+    # Now it asks for what a100-b has left: both pods start.
+    Job.objects.filter(pk=job.pk).update(cpu_millicores_per_pod=8_000)
+    reconcile_cycle(cluster=adapter, now=sim.now())
+    sim.advance(5)
+    reconcile_cycle(cluster=adapter, now=sim.now())
+
+    job.refresh_from_db()
+    assert (job.state, job.rollbacks, job.not_before) == (JobState.RUNNING, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("rollbacks", "minutes"), [(1, 1), (2, 2), (3, 4), (6, 32), (7, 60), (40, 60)]
+)
+def test_the_back_off_doubles_to_an_hour(rollbacks, minutes):
+    from queues.reconcile.jobs import rollback_backoff
+
+    assert rollback_backoff(rollbacks) == timedelta(minutes=minutes)
+
+
+def test_a_burst_of_requests_enqueues_one_reconcile(django_capture_on_commit_callbacks, settings):
+    from queues.reconcile.tasks import request_reconcile
+
+    settings.RECONCILE_ON_COMMIT = True
+    with django_capture_on_commit_callbacks() as callbacks:
+        results = [request_reconcile() for _ in range(20)]
+
+    assert results == [True] + [False] * 19
+    assert len(callbacks) == 1
+
+
+def test_with_the_watch_fed_mirror_a_cycle_calls_the_api_only_for_what_changed(
+    sim_cluster, cluster, mia
+):
+    import time
+
+    from queues.cluster.mirror import ClusterMirror
+
+    mirror = ClusterMirror(cluster).start()
+    try:
+        assert mirror.wait_synced(10)
+
+        def cycle():
+            return reconcile_cycle(cluster=cluster, now=sim_cluster.now(), mirror=mirror)
+
+        idle = cycle()
+        job = submit(mia, capability="min-40gb", seconds=600)
+        admitting = cycle()
+        deadline = time.monotonic() + 10
+        while (
+            not any(
+                p["metadata"].get("labels", {}).get("gpuportal.io/job-id") == str(job.pk)
+                for p in mirror.items("pods")
+            )
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        sim_cluster.advance(30)
+
+        def started():
+            return any(
+                (p.get("status", {}).get("containerStatuses") or [{}])[0]
+                .get("state", {})
+                .get("running")
+                for p in mirror.items("pods")
+                if p["metadata"].get("labels", {}).get("gpuportal.io/job-id") == str(job.pk)
+            )
+
+        while not started() and time.monotonic() < deadline + 10:
+            time.sleep(0.05)
+        starting = cycle()
+    finally:
+        mirror.stop()
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert idle.api_calls == 0
+    # Read the team's namespace, create it, create the Job: the watches bring the rest.
+    assert admitting.api_calls == 3
+    assert starting.api_calls == 0
+
+
+def test_a_create_that_times_out_but_happened_is_not_made_twice(sim_cluster, mia):
+    # The cluster creates the Job but answers after the client gave up: the portal cannot know
+    # whether it happened. The next cycle's create finds its own Job and takes that as success.
+    impatient = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig), timeout=(1, 0.5))
+    job = submit(mia, capability="min-40gb", seconds=600)
+    sim_cluster.delay_requests(2, count=1, method="POST", path="/jobs$", after=True)
+    try:
+        first = reconcile_cycle(cluster=impatient, now=sim_cluster.now())
+        job.refresh_from_db()
+        assert first.unreachable and job.state == JobState.ADMITTED and job.k8s_job_name == ""
+
+        second = reconcile_cycle(cluster=impatient, now=sim_cluster.now())
+    finally:
+        impatient.close()
+
+    job.refresh_from_db()
+    assert second.jobs_created == 0  # it already existed
+    assert job.k8s_job_name == f"gpuportal-job-{job.pk}"
+    names = [
+        j.metadata.name for j in sim_cluster.batch().list_namespaced_job(job.team.namespace).items
+    ]
+    assert names == [f"gpuportal-job-{job.pk}"]

@@ -1,0 +1,196 @@
+"""The admission engine sees exactly what the database holds."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from fractions import Fraction
+
+import pytest
+from django.utils import timezone
+
+from queues import admission as engine
+from queues.models import CapabilityClass, GpuClass, Job, Node, Queue, Team, UsageInterval
+from queues.reconcile.snapshot import snapshot_build
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster(example_policy):
+    """A small mirrored cluster: two A100 nodes (one MIG), one H100 node, one time-sliced T4."""
+    classes = {g.name: g for g in GpuClass.objects.all()}
+    Node.objects.create(
+        name="a100-1", gpu_class=classes["a100-80gb"], gpu_count=8, rack="r1", network_domain="ib-b"
+    )
+    Node.objects.create(
+        name="a100-mig",
+        gpu_class=classes["a100-80gb"],
+        gpu_count=8,
+        rack="r1",
+        network_domain="ib-b",
+        mig_layout={"1g.10gb": 28, "3g.40gb": 8},
+        outside_devices={"1g.10gb": 2},
+    )
+    Node.objects.create(
+        name="h100-1",
+        gpu_class=classes["h100-80gb"],
+        gpu_count=8,
+        rack="r2",
+        network_domain="ib-a",
+        taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
+    Node.objects.create(
+        name="h100-perf",
+        gpu_class=classes["h100-80gb"],
+        gpu_count=8,
+        rack="r2",
+        network_domain="ib-a",
+        taints=[
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "perf", "effect": "NoSchedule"},
+        ],
+    )
+    Node.objects.create(
+        name="t4-1",
+        gpu_class=classes["t4"],
+        gpu_count=4,
+        time_slice_replicas=4,
+        outside_devices={"gpu": 3},
+        maintenance="cordoned",
+        maintenance_reason="kernel upgrade",
+    )
+
+
+def submit(user, team, queue, capability, **fields):
+    return JobFactory(
+        owner=user,
+        team=Team.objects.get(name=team),
+        queue=Queue.objects.get(name=queue),
+        capability_class=CapabilityClass.objects.get(name=capability),
+        **fields,
+    )
+
+
+def test_nodes_carry_capacity_and_what_others_hold(cluster):
+    snapshot = snapshot_build(now=timezone.now())
+
+    nodes = {n.name: n for n in snapshot.nodes}
+    assert nodes["a100-mig"].mig == (
+        engine.MigSlots(profile="1g.10gb", total=28, outside=2),
+        engine.MigSlots(profile="3g.40gb", total=8, outside=0),
+    )
+    assert nodes["t4-1"].outside_gpu_eq == Fraction(3, 4)
+    assert nodes["t4-1"].maintenance is engine.MaintenanceState.CORDONED
+    assert nodes["h100-1"].taints == ()
+    assert nodes["h100-perf"].taints == ("dedicated=perf:NoSchedule",)
+    assert (nodes["a100-1"].rack, nodes["a100-1"].network_domain) == ("r1", "ib-b")
+
+
+def test_policy_reaches_the_engine_with_rate_card_weights(cluster):
+    snapshot = snapshot_build(now=timezone.now())
+
+    weights = {g.name: g.weight for g in snapshot.gpu_classes}
+    assert weights == {"a100-80gb": Fraction(5, 2), "h100-80gb": 4, "l4": 1, "t4": Fraction(1, 2)}
+    training = next(q for q in snapshot.queues if q.name == "training")
+    assert training.preemption is engine.PreemptionClass.GRACEFUL
+    assert training.grace_period == timedelta(minutes=10)
+    assert training.required_topology is engine.TopologyScope.NETWORK_DOMAIN
+    assert training.teams == ("nlp", "research", "vision")
+    nlp = next(t for t in snapshot.teams if t.name == "nlp")
+    assert engine.Quota("h100-80gb", Fraction(8), Fraction(16)) in nlp.quotas
+    assert nlp.weight == 3
+    assert {r.id for r in snapshot.reservations} == set(
+        Team.objects.filter(name__in=["search", "speech", "nlp"]).values_list(
+            "reservations", flat=True
+        )
+    )
+
+
+def test_a_pending_job_is_planned_on_the_cheapest_class_that_fits(cluster, mia):
+    # vision's A100 quota is 4 nominal: the whole job fits in it on the cheaper class.
+    job = submit(mia, "vision", "training", "bf16-large", pods=1, gpus_per_pod=4)
+
+    plan = engine.plan(snapshot_build(now=timezone.now()))
+
+    admission = plan.admission(job.pk)
+    assert admission is not None
+    assert (admission.gpu_class, admission.nodes) == ("a100-80gb", ("a100-1",))
+    assert admission.capacity is engine.CapacityKind.NOMINAL
+
+
+def test_a_job_beyond_nominal_quota_borrows_as_a_whole(cluster, mia):
+    job = submit(mia, "vision", "training", "bf16-large", pods=1, gpus_per_pod=8)
+
+    admission = engine.plan(snapshot_build(now=timezone.now())).admission(job.pk)
+
+    assert (admission.gpu_class, admission.capacity) == ("a100-80gb", engine.CapacityKind.BORROWED)
+
+
+def test_running_jobs_hold_what_they_hold(cluster, mia):
+    a100 = GpuClass.objects.get(name="a100-80gb")
+    holder = submit(mia, "vision", "training", "bf16-large", pods=1, gpus_per_pod=4)
+    Job.objects.filter(pk=holder.pk).update(
+        state="running",
+        gpu_class=a100,
+        nodes=["a100-1"],
+        capacity_kind="nominal",
+        started_at=timezone.now(),
+    )
+    waiting = submit(mia, "vision", "training", "bf16-large", pods=1, gpus_per_pod=8)
+
+    plan = engine.plan(snapshot_build(now=timezone.now()))
+
+    # 4 of the A100 node's 8 GPUs are held: 8 more only fit on the H100 node, within quota.
+    admission = plan.admission(waiting.pk)
+    assert admission is not None, plan.status(waiting.pk)
+    assert (admission.gpu_class, admission.nodes) == ("h100-80gb", ("h100-1",))
+    assert admission.capacity is engine.CapacityKind.NOMINAL
+
+
+def test_recent_usage_is_normalized_and_decays_by_half_life(cluster, mia):
+    now = timezone.now()
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    vision = Team.objects.get(name="vision")
+    job = submit(mia, "vision", "training", "bf16-large")
+    UsageInterval.objects.create(
+        job=job,
+        pod_uid="p1",
+        pod_name="p1",
+        team=vision,
+        cost_center="CC-1001",
+        gpu_class=h100,
+        node="h100-1",
+        devices=8,
+        started_at=now - timedelta(hours=10),
+        ended_at=now,
+    )
+    UsageInterval.objects.create(
+        job=job,
+        pod_uid="p2",
+        pod_name="p2",
+        team=vision,
+        cost_center="CC-1001",
+        gpu_class=h100,
+        node="h100-1",
+        devices=1,
+        started_at=now - timedelta(days=7, hours=1),
+        ended_at=now - timedelta(days=7),
+    )
+
+    snapshot = snapshot_build(now=now)
+
+    usage = next(t.recent_usage for t in snapshot.teams if t.name == "vision")
+    # 10 h × 8 GPUs × weight 4 = 320, plus 1 h × 1 × 4 a half-life ago = 2.
+    assert usage == Fraction(322)
+    assert next(t.recent_usage for t in snapshot.teams if t.name == "nlp") == 0
+
+
+def test_reads_do_not_grow_with_jobs(cluster, mia, django_assert_max_num_queries):
+    for _ in range(30):
+        submit(mia, "vision", "batch", "any-gpu")
+
+    with django_assert_max_num_queries(20):
+        snapshot = snapshot_build(now=timezone.now())
+
+    assert len(snapshot.pending) == 30
