@@ -8,21 +8,26 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# ASCII digits only: "١h" (an Arabic-Indic one) is not read as 1h.
+_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
 
 
 def parse_duration(value: Any) -> timedelta:
-    """``"90s"``, ``"15m"``, ``"4h"``, ``"1h30m"``, ``"7d"`` or a number of seconds → timedelta."""
+    """``"90s"``, ``"15m"``, ``"4h"``, ``"1h30m"``, ``"7d"`` or a number of seconds → timedelta.
+    Raises ValueError with a message for people (the form and the API show it as it is)."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration like '4h' or '30m'")
-    if isinstance(value, int):
-        return timedelta(seconds=value)
-    if isinstance(value, str):
-        match = _DURATION.match(value.strip())
-        if match and any(match.groups()):
-            days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    raise ValueError(f"{value!r} is not a duration like '4h', '30m' or '1h30m'")
+    try:
+        if isinstance(value, int):
+            return timedelta(seconds=value)
+        if isinstance(value, str):
+            match = _DURATION.fullmatch(value.strip())
+            if match and any(match.groups()):
+                days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+                return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError as exc:
+        raise ValueError(f"{str(value)[:40]} is too long a duration") from exc
+    raise ValueError(f"{str(value)[:40]!r} is not a duration like '4h', '30m' or '1h30m'")
 
 
 def format_duration(value: timedelta) -> str:

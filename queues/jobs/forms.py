@@ -1,18 +1,24 @@
-"""The submit form: adapts what a person types to a ``JobRequest``; the rules live in services."""
+"""The submit form: reads what a person types into a ``JobRequest``. Every rule on the values
+lives in ``queues/jobs/requests.py``, so the form and the API answer alike."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django import forms
+from django.db.models import QuerySet
 
 from portal.formatting import format_duration, parse_duration
 from queues.catalog.selectors import queues_visible_to, teams_of
-from queues.jobs.requests import JobRequest
+from queues.jobs.requests import (
+    MAX_IMAGE_LENGTH,
+    MAX_NAME_LENGTH,
+    NO_SUCH_NAME,
+    NOT_A_WHOLE_NUMBER,
+    JobRequest,
+    request_access_errors,
+)
 from queues.models import CapabilityClass, Queue, Team
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class DurationField(forms.CharField):
@@ -55,12 +61,9 @@ class EnvField(forms.CharField):
             if not line.strip():
                 continue
             name, sep, val = line.partition("=")
-            name = name.strip()
-            if not sep or not _ENV_NAME.match(name):
-                raise forms.ValidationError(
-                    f"line {number}: write NAME=value, with a name of letters, digits and _"
-                )
-            env[name] = val.strip()
+            if not sep:
+                raise forms.ValidationError(f"line {number}: write NAME=value")
+            env[name.strip()] = val.strip()
         return env
 
     def prepare_value(self, value: Any) -> Any:
@@ -69,75 +72,86 @@ class EnvField(forms.CharField):
         return value
 
 
-class JobForm(forms.Form):
-    name = forms.CharField(max_length=100, required=False, help_text="For you; optional.")
-    team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="name")
-    queue = forms.ModelChoiceField(queryset=Queue.objects.none(), to_field_name="name")
-    capability_class = forms.ModelChoiceField(
-        queryset=CapabilityClass.objects.active(), to_field_name="name"
+def _whole_number(**kwargs: Any) -> forms.IntegerField:
+    """A number field that reads only; its bounds are the request's rules."""
+    return forms.IntegerField(
+        error_messages={"invalid": NOT_A_WHOLE_NUMBER},
+        widget=forms.NumberInput(attrs={"min": 1} if kwargs.pop("positive", True) else {}),
+        **kwargs,
     )
-    pods = forms.IntegerField(min_value=1, initial=1, help_text="More than one: a gang.")
-    gpus_per_pod = forms.IntegerField(
-        min_value=1,
+
+
+def _named(queryset: QuerySet[Any], what: str) -> forms.ModelChoiceField:
+    """An object by its name. Any active one is read (as the API reads it), so a team the user
+    is not in gets the request rule's answer; the widget offers only the user's own."""
+    return forms.ModelChoiceField(
+        queryset=queryset,
+        to_field_name="name",
+        error_messages={"invalid_choice": NO_SUCH_NAME.format(what=what, value="%(value)s")},
+    )
+
+
+class JobForm(forms.Form):
+    name = forms.CharField(
+        required=False,
+        help_text="For you; optional.",
+        widget=forms.TextInput(attrs={"maxlength": MAX_NAME_LENGTH}),
+    )
+    team = _named(Team.objects.active(), "team")
+    queue = _named(Queue.objects.active(), "queue")
+    capability_class = _named(CapabilityClass.objects.active(), "capability class")
+    pods = _whole_number(initial=1, help_text="More than one: a gang.")
+    gpus_per_pod = _whole_number(
         initial=1,
         label="GPUs per pod",
         help_text="Whole GPUs, MIG slices or time-slice replicas, as the queue shares them.",
     )
-    cpu_millicores_per_pod = forms.IntegerField(
-        min_value=1, initial=4000, label="CPU per pod (millicores)"
-    )
-    memory_mib_per_pod = forms.IntegerField(
-        min_value=1, initial=32768, label="Memory per pod (MiB)"
-    )
-    declared_gpu_memory_gb = forms.IntegerField(
-        min_value=1,
+    cpu_millicores_per_pod = _whole_number(initial=4000, label="CPU per pod (millicores)")
+    memory_mib_per_pod = _whole_number(initial=32768, label="Memory per pod (MiB)")
+    declared_gpu_memory_gb = _whole_number(
         required=False,
         label="GPU memory used (GB)",
         help_text="Required on time-sliced queues: the GPU's memory is shared.",
     )
     runtime_limit = DurationField(required=False, help_text="e.g. 4h; empty: the queue's default.")
-    image = forms.CharField(max_length=500)
+    image = forms.CharField(
+        required=False, widget=forms.TextInput(attrs={"maxlength": MAX_IMAGE_LENGTH})
+    )
     command = LinesField(required=False, help_text="One item per line.")
     args = LinesField(required=False, label="Arguments", help_text="One per line.")
     env = EnvField(required=False, label="Environment", help_text="NAME=value per line.")
     checkpoint_interval = DurationField(
         required=False, help_text="Queues that may preempt require one; empty: the queue's."
     )
-    priority = forms.IntegerField(required=False, help_text="Within the queue's bounds.")
+    priority = _whole_number(required=False, positive=False, help_text="Within the queue's bounds.")
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
-        self.fields["team"].queryset = teams_of(user)
-        self.fields["queue"].queryset = queues_visible_to(user).order_by("-priority", "name")
-        teams = list(self.fields["team"].queryset)
+        teams = list(teams_of(user))
+        queues = queues_visible_to(user).order_by("-priority", "name")
+        self.fields["team"].widget.choices = [("", "---------")] + [(t.name, str(t)) for t in teams]
+        self.fields["queue"].widget.choices = [("", "---------")] + [
+            (q.name, str(q)) for q in queues
+        ]
         if len(teams) == 1:
             self.fields["team"].initial = teams[0].name
 
+    def clean(self) -> dict[str, Any]:
+        """While some field is unreadable the whole request cannot be judged, but whether the
+        user may use the team, queue and capability class can: report that at once too."""
+        data = super().clean() or {}
+        named = ("team", "queue", "capability_class")
+        if self.errors and all(data.get(name) for name in named):
+            request = JobRequest.of(owner=self.user, values={n: data[n] for n in named})
+            self.add_rule_errors(request_access_errors(request))
+        return data
+
     def job_request(self) -> JobRequest:
-        data = self.cleaned_data
-        return JobRequest(
-            owner=self.user,
-            team=data["team"],
-            queue=data["queue"],
-            capability_class=data["capability_class"],
-            image=data["image"],
-            command=data["command"],
-            args=data["args"],
-            env=data["env"],
-            pods=data["pods"],
-            gpus_per_pod=data["gpus_per_pod"],
-            runtime_limit=data["runtime_limit"],
-            priority=data["priority"],
-            checkpoint_interval=data["checkpoint_interval"],
-            declared_gpu_memory_gb=data["declared_gpu_memory_gb"],
-            cpu_millicores_per_pod=data["cpu_millicores_per_pod"],
-            memory_mib_per_pod=data["memory_mib_per_pod"],
-            name=data["name"],
-        )
+        return JobRequest.of(owner=self.user, values=self.cleaned_data)
 
     def add_rule_errors(self, errors: dict[str, list[str]]) -> None:
-        """Put the queue's refusals under the fields they concern."""
+        """Put the request's refusals under the fields they concern."""
         for field_name, messages in errors.items():
             for message in messages:
                 self.add_error(field_name if field_name in self.fields else None, message)

@@ -1,37 +1,74 @@
 """A job request and every rule on it: the one place the form, the API, the batch endpoint and
-the preview check a request."""
+the preview check a request.
+
+Adapters (the HTML form, the API serializers) only turn text and JSON into Python values and
+refuse what cannot be read at all (a word where a number goes). Every rule about the values
+themselves lives here, so that the form and the API give the same answer under the same field:
+``job_request_errors`` checks the values first (sizes, characters, bounds the database can
+store), then the queue's terms.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import Exists, Q
 
 from portal.formatting import display, format_duration
 from queues.admission.asks import pods_held
-from queues.models import (
-    CapabilityClass,
-    Node,
-    Queue,
-    Team,
+from queues.models import CapabilityClass, Node, Queue, SharingMode, Team
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from queues.models import Job
+
+# Integer columns are 32-bit on PostgreSQL: a larger number would fail in the database.
+INT_MAX = 2_147_483_647
+# Far beyond any queue's maximum; keeps a duration storable (microseconds in 64 bits).
+MAX_DURATION = timedelta(days=10000)
+MAX_NAME_LENGTH = 100
+MAX_IMAGE_LENGTH = 500
+MAX_LIST_ITEMS = 256  # command items, arguments, environment variables
+MAX_ITEM_LENGTH = 4096
+MAX_ENV_NAME_LENGTH = 256
+# Kubernetes' long-standing rule for environment variable names (every version accepts it).
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+RESERVED_ENV_PREFIX = "GPUPORTAL_"
+# The OCI distribution reference grammar: [registry[:port]/]path[:tag][@digest], ASCII only.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
 )
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+# The messages adapters give for values they cannot read at all, the same in form and API.
+NOT_A_WHOLE_NUMBER = "must be a whole number"
+NO_SUCH_NAME = "no {what} named {value}"
 
 
 @dataclass(frozen=True)
 class JobRequest:
     """A submission as the form or the API gives it, before it is accepted."""
 
-    owner: Any
+    owner: User | Any  # the submitting user
     team: Team
     queue: Queue
     capability_class: CapabilityClass
-    image: str
-    command: list[str]
+    image: str = ""
+    command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     pods: int = 1
@@ -43,6 +80,20 @@ class JobRequest:
     cpu_millicores_per_pod: int = 1000
     memory_mib_per_pod: int = 4096
     name: str = ""
+
+    @classmethod
+    def of(cls, *, owner: User | Any, values: Mapping[str, Any]) -> JobRequest:
+        """A request from the values an adapter read, by field name (absent: the default)."""
+        return cls(owner=owner, **{name: values[name] for name in REQUEST_FIELDS if name in values})
+
+    @classmethod
+    def of_job(cls, job: Job) -> JobRequest:
+        """The request that would submit ``job`` again, as stored (resubmit)."""
+        return cls(owner=job.owner, **{name: getattr(job, name) for name in REQUEST_FIELDS})
+
+    def values(self) -> dict[str, Any]:
+        """The request's fields by name, without the owner (a form's initial values)."""
+        return {name: getattr(self, name) for name in REQUEST_FIELDS}
 
     @property
     def runtime(self) -> timedelta:
@@ -61,11 +112,178 @@ class JobRequest:
         )
 
 
+# The one list of a request's fields: adapters, resubmit and the stored job follow it.
+REQUEST_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(JobRequest) if f.name != "owner"
+)
+
+
 def job_request_errors(
-    request: JobRequest, *, cache: dict[tuple, Any] | None = None
+    request: JobRequest, *, cache: dict[Any, Any] | None = None
 ) -> dict[str, list[str]]:
-    """Every way ``request`` breaks its queue's terms, by field (empty: it keeps them).
-    ``cache`` remembers what was read for the requests of one batch (memberships, node sizes)."""
+    """Every way ``request`` breaks a rule, by field (empty: it keeps them all): first its values
+    (sizes, characters, what the database can store), then its queue's terms. A field whose value
+    is already wrong is not also judged against the terms. ``cache`` remembers what was read for
+    the requests of one batch (memberships, node sizes)."""
+    errors = request_value_errors(request)
+    for field_name, messages in request_term_errors(request, cache=cache).items():
+        if field_name not in errors:
+            errors[field_name] = messages
+    return errors
+
+
+def request_value_errors(request: JobRequest) -> dict[str, list[str]]:
+    """What is wrong with the request's values on their own, by field."""
+    errors: dict[str, list[str]] = {}
+
+    def refuse(field_name: str, message: str | None) -> None:
+        if message:
+            errors.setdefault(field_name, []).append(message)
+
+    refuse("name", _text_problem(request.name, MAX_NAME_LENGTH, blank=True))
+    refuse("image", _image_problem(request.image))
+    refuse("command", _list_problem(request.command))
+    refuse("args", _list_problem(request.args))
+    for message in _env_problems(request.env):
+        refuse("env", message)
+    for name in ("pods", "gpus_per_pod", "cpu_millicores_per_pod", "memory_mib_per_pod"):
+        refuse(name, _count_problem(getattr(request, name)))
+    if request.declared_gpu_memory_gb is not None:
+        refuse("declared_gpu_memory_gb", _count_problem(request.declared_gpu_memory_gb))
+    if request.priority is not None and abs(request.priority) > INT_MAX:
+        refuse("priority", f"must be from {-INT_MAX} to {INT_MAX}")
+    for name in ("runtime_limit", "checkpoint_interval"):
+        refuse(name, _duration_problem(getattr(request, name)))
+    return errors
+
+
+def _text_problem(text: str, limit: int, *, blank: bool = False) -> str | None:
+    if not blank and not text.strip():
+        return "required"
+    if len(text) > limit:
+        return f"at most {limit} characters (this has {len(text):,})"
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in text):
+        # Control characters and invisible formatting ones (bidirectional overrides among them)
+        # would make a name or an image read differently from what runs.
+        return "must not contain control or invisible formatting characters"
+    return None
+
+
+def _image_problem(image: str) -> str | None:
+    if problem := _text_problem(image, MAX_IMAGE_LENGTH):
+        return problem
+    if not IMAGE_REFERENCE.fullmatch(image):
+        return (
+            f"{image} is not an image reference like registry.example.com/team/train:1.4 "
+            "(lowercase path, optional :tag and @sha256:digest)"
+        )
+    if not image_allowed(image):
+        return (
+            f"{image} is not from an allowed registry "
+            f"({', '.join(settings.ALLOWED_IMAGE_REGISTRIES)})"
+        )
+    return None
+
+
+def _list_problem(items: list[str]) -> str | None:
+    if len(items) > MAX_LIST_ITEMS:
+        return f"at most {MAX_LIST_ITEMS} items (this has {len(items):,})"
+    for number, item in enumerate(items, start=1):
+        if len(item) > MAX_ITEM_LENGTH:
+            return f"item {number}: at most {MAX_ITEM_LENGTH} characters"
+        if "\x00" in item:
+            return f"item {number}: must not contain a NUL character"
+    return None
+
+
+def _env_problems(env: Mapping[str, str]) -> list[str]:
+    if len(env) > MAX_LIST_ITEMS:
+        return [f"at most {MAX_LIST_ITEMS} variables (this has {len(env):,})"]
+    problems = []
+    for name, value in env.items():
+        shown = name if len(name) <= 40 else name[:40] + "…"
+        if len(name) > MAX_ENV_NAME_LENGTH:
+            problems.append(f"{shown!r}: a name has at most {MAX_ENV_NAME_LENGTH} characters")
+        elif not ENV_NAME.fullmatch(name):
+            problems.append(
+                f"{shown!r} is not a valid variable name (letters, digits, '_', '-', '.'; "
+                "not starting with a digit)"
+            )
+        elif name.startswith(RESERVED_ENV_PREFIX):
+            problems.append(f"{name} is reserved: the portal sets {RESERVED_ENV_PREFIX}…")
+        elif len(value) > MAX_ITEM_LENGTH:
+            problems.append(f"{name}: a value has at most {MAX_ITEM_LENGTH} characters")
+        elif "\x00" in value:
+            problems.append(f"{name}: a value must not contain a NUL character")
+    return problems
+
+
+def _count_problem(value: int) -> str | None:
+    if value < 1:
+        return "must be at least 1"
+    if value > INT_MAX:
+        return f"must be at most {INT_MAX:,}"
+    return None
+
+
+def _duration_problem(value: timedelta | None) -> str | None:
+    if value is None:
+        return None
+    if value <= timedelta(0):
+        return "must be longer than 0s"
+    if value > MAX_DURATION:
+        return f"must be at most {format_duration(MAX_DURATION)}"
+    return None
+
+
+def request_term_errors(
+    request: JobRequest, *, cache: dict[Any, Any] | None = None
+) -> dict[str, list[str]]:
+    """Every way ``request`` breaks its queue's terms, by field."""
+    cache = {} if cache is None else cache
+    errors = request_access_errors(request, cache=cache)
+    queue = request.queue
+
+    def refuse(field_name: str, message: str) -> None:
+        errors.setdefault(field_name, []).append(message)
+
+    if request.runtime > queue.max_runtime:
+        refuse(
+            "runtime_limit",
+            f"{format_duration(request.runtime)} is over queue {queue.name}'s maximum of "
+            f"{format_duration(queue.max_runtime)}",
+        )
+    if request.gpu_equivalents > Fraction(str(queue.max_gpus_per_job)):
+        refuse(
+            "gpus_per_pod",
+            f"{request.pods} pod(s) × {request.gpus_per_pod} = "
+            f"{_fraction_text(request.gpu_equivalents)} GPU-equivalents is over "
+            f"queue {queue.name}'s maximum of {display(queue.max_gpus_per_job)} per job",
+        )
+    if not queue.min_job_priority <= request.job_priority <= queue.max_job_priority:
+        refuse(
+            "priority",
+            f"must be from {queue.min_job_priority} to {queue.max_job_priority} "
+            f"in queue {queue.name}",
+        )
+    if queue.sharing_mode == SharingMode.TIME_SLICED and request.declared_gpu_memory_gb is None:
+        refuse(
+            "declared_gpu_memory_gb",
+            "time-sliced GPUs share their memory: declare how much your job uses",
+        )
+    if ("node sizes", queue.pk) not in cache:
+        cache["node sizes", queue.pk] = node_sizes(queue)
+    for field_name, message in pod_size_problems(request, cache["node sizes", queue.pk]):
+        refuse(field_name, message)
+    return errors
+
+
+def request_access_errors(
+    request: JobRequest, *, cache: dict[Any, Any] | None = None
+) -> dict[str, list[str]]:
+    """Whether the owner may use the team, the team the queue, and the queue the capability
+    class: the rules that need nothing but those three names (the form reports them even while
+    other fields are still unreadable)."""
     errors: dict[str, list[str]] = {}
     team, queue, capability_class = request.team, request.queue, request.capability_class
     cache = {} if cache is None else cache
@@ -88,51 +306,11 @@ def job_request_errors(
             f"queue {queue.name} does not allow capability class {capability_class.name} "
             f"(allowed: {allowed})",
         )
-    if capability_class.mig_profile and queue.sharing_mode != "mig":
+    if capability_class.mig_profile and queue.sharing_mode != SharingMode.MIG:
         refuse(
             "capability_class",
             f"{capability_class.name} asks for a MIG slice, but queue {queue.name} hands out "
             f"{queue.get_sharing_mode_display()}",
-        )
-    if request.runtime > queue.max_runtime:
-        refuse(
-            "runtime_limit",
-            f"{format_duration(request.runtime)} is over queue {queue.name}'s maximum of "
-            f"{format_duration(queue.max_runtime)}",
-        )
-    if request.pods < 1:
-        refuse("pods", "must be at least 1")
-    if request.gpus_per_pod < 1:
-        refuse("gpus_per_pod", "must be at least 1")
-    if request.gpu_equivalents > Fraction(str(queue.max_gpus_per_job)):
-        refuse(
-            "gpus_per_pod",
-            f"{request.pods} pod(s) × {request.gpus_per_pod} = "
-            f"{_fraction_text(request.gpu_equivalents)} GPU-equivalents is over "
-            f"queue {queue.name}'s maximum of {display(queue.max_gpus_per_job)} per job",
-        )
-    if not queue.min_job_priority <= request.job_priority <= queue.max_job_priority:
-        refuse(
-            "priority",
-            f"must be from {queue.min_job_priority} to {queue.max_job_priority} "
-            f"in queue {queue.name}",
-        )
-    if queue.sharing_mode == "time-sliced" and request.declared_gpu_memory_gb is None:
-        refuse(
-            "declared_gpu_memory_gb",
-            "time-sliced GPUs share their memory: declare how much your job uses",
-        )
-    if ("node sizes", queue.pk) not in cache:
-        cache["node sizes", queue.pk] = node_sizes(queue)
-    for field_name, message in pod_size_problems(request, cache["node sizes", queue.pk]):
-        refuse(field_name, message)
-    if not request.image.strip():
-        refuse("image", "required")
-    elif not image_allowed(request.image.strip()):
-        refuse(
-            "image",
-            f"{request.image.strip()} is not from an allowed registry "
-            f"({', '.join(settings.ALLOWED_IMAGE_REGISTRIES)})",
         )
     return errors
 

@@ -13,25 +13,17 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.formatting import format_duration, parse_duration
 from queues.admission.reasons import ReasonCode
 from queues.catalog.serializers import DurationText
-from queues.jobs.requests import JobRequest
+from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
 from queues.models import CapabilityClass, Job, JobEvent, JobState, Queue, Team
 
-# Columns are 32-bit on PostgreSQL; larger numbers would fail in the database, not here.
-INT_MAX = 2_147_483_647
-# Kubernetes' long-standing rule for environment variable names (every version accepts it).
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-RESERVED_ENV_PREFIX = "GPUPORTAL_"
-MAX_LIST_ITEMS = 256
 MAX_BATCH = 500  # submissions in one POST /api/jobs/batch/
-# Far beyond any queue's maximum; only keeps a duration storable (microseconds in 64 bits).
-MAX_DURATION = timedelta(days=10000)
-MAX_ITEM_LENGTH = 4096
 NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
 
 
@@ -45,31 +37,37 @@ NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
 )
 class DurationInput(serializers.Field):
     """A duration given as the policy writes it (``"4h"``, ``"1h30m"``) or as whole seconds;
-    answered as text. Zero, negative and malformed values are refused."""
+    answered as text. Reads only: the bounds are the request's rules (``requests.py``)."""
 
-    default_error_messages = {
-        "invalid": "a duration like 4h, 30m or 1h30m, or a number of seconds",
-        "not_positive": "must be longer than 0s",
-        "too_long": "must be at most 10000d",
-    }
+    default_error_messages = {"invalid": "a duration like 4h, 30m or 1h30m, or a number of seconds"}
 
     def to_internal_value(self, data: Any) -> timedelta:
         if not isinstance(data, int | str) or isinstance(data, bool):
             self.fail("invalid")
-        if isinstance(data, int) and abs(data) > MAX_DURATION.total_seconds():
-            self.fail("too_long" if data > 0 else "not_positive")
         try:
-            value = parse_duration(data)
-        except (ValueError, OverflowError):
-            self.fail("invalid")
-        if value <= timedelta(0):
-            self.fail("not_positive")
-        if value > MAX_DURATION:
-            self.fail("too_long")
-        return value
+            return parse_duration(data)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
 
     def to_representation(self, value: timedelta) -> str:
         return format_duration(value)
+
+
+class _Text(serializers.CharField):
+    """Text as given. Its rules (length, characters) are the request's, in ``requests.py``, so
+    the API answers as the form does; here only "not a string" is refused."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+        self.validators = [
+            v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)
+        ]
+
+
+def _whole_number(**kwargs: Any) -> serializers.IntegerField:
+    return serializers.IntegerField(error_messages={"invalid": NOT_A_WHOLE_NUMBER}, **kwargs)
 
 
 @extend_schema_field({"type": "string", "example": "4h"})
@@ -96,18 +94,15 @@ def _named(model: type[Any], what: str) -> serializers.SlugRelatedField:
     return _NameField(
         slug_field="name",
         queryset=model.objects.active(),
-        error_messages={"does_not_exist": f"no {what} named {{value}}"},
+        error_messages={"does_not_exist": NO_SUCH_NAME.format(what=what, value="{value}")},
         help_text=f"The {what}'s name.",
     )
 
 
 def _strings(help_text: str) -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.CharField(
-            allow_blank=True, trim_whitespace=False, max_length=MAX_ITEM_LENGTH
-        ),
+        child=_Text(),
         required=False,
-        max_length=MAX_LIST_ITEMS,
         error_messages={"not_a_list": "a list of strings, never a shell string"},
         help_text=help_text,
     )
@@ -120,28 +115,19 @@ class JobSubmitSerializer(serializers.Serializer):
     team = _named(Team, "team")
     queue = _named(Queue, "queue")
     capability_class = _named(CapabilityClass, "capability class")
-    name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    pods = serializers.IntegerField(
-        required=False, default=1, max_value=INT_MAX, help_text="Pods of the gang (all or none)."
-    )
-    gpus_per_pod = serializers.IntegerField(
+    name = serializers.CharField(required=False, allow_blank=True, default="")
+    pods = _whole_number(required=False, default=1, help_text="Pods of the gang (all or none).")
+    gpus_per_pod = _whole_number(
         required=False,
         default=1,
-        max_value=INT_MAX,
         help_text="Devices per pod: whole GPUs, MIG slices or time-slice replicas.",
     )
-    cpu_millicores_per_pod = serializers.IntegerField(
-        required=False, default=1000, min_value=1, max_value=INT_MAX
-    )
-    memory_mib_per_pod = serializers.IntegerField(
-        required=False, default=4096, min_value=1, max_value=INT_MAX
-    )
-    declared_gpu_memory_gb = serializers.IntegerField(
+    cpu_millicores_per_pod = _whole_number(required=False, default=1000)
+    memory_mib_per_pod = _whole_number(required=False, default=4096)
+    declared_gpu_memory_gb = _whole_number(
         required=False,
         allow_null=True,
         default=None,
-        min_value=1,
-        max_value=INT_MAX,
         help_text="GPU memory the job uses; required on time-sliced queues.",
     )
     runtime_limit = DurationInput(
@@ -150,15 +136,11 @@ class JobSubmitSerializer(serializers.Serializer):
         default=None,
         help_text="Defaults to the queue's default runtime.",
     )
-    image = serializers.CharField(max_length=500, allow_blank=True, trim_whitespace=False)
+    image = serializers.CharField(allow_blank=True)
     command = _strings("The program and its arguments as a list (the image's entrypoint if empty).")
     args = _strings("More arguments, as a list.")
     env = serializers.DictField(
-        child=serializers.CharField(
-            allow_blank=True, trim_whitespace=False, max_length=MAX_ITEM_LENGTH
-        ),
-        required=False,
-        help_text="Environment variables, name → value.",
+        child=_Text(), required=False, help_text="Environment variables, name → value."
     )
     checkpoint_interval = DurationInput(
         required=False,
@@ -166,30 +148,12 @@ class JobSubmitSerializer(serializers.Serializer):
         default=None,
         help_text="Defaults to the queue's where the queue may preempt.",
     )
-    priority = serializers.IntegerField(
+    priority = _whole_number(
         required=False,
         allow_null=True,
         default=None,
-        min_value=-INT_MAX,
-        max_value=INT_MAX,
         help_text="Within the queue's bounds; defaults to the queue's default.",
     )
-
-    def validate_env(self, value: dict[str, str]) -> dict[str, str]:
-        if len(value) > MAX_LIST_ITEMS:
-            raise serializers.ValidationError(f"at most {MAX_LIST_ITEMS} variables")
-        problems = []
-        for name in value:
-            if not ENV_NAME.match(name):
-                problems.append(
-                    f"{name!r} is not a valid variable name (letters, digits, '_', '-', '.'; "
-                    "not starting with a digit)"
-                )
-            elif name.startswith(RESERVED_ENV_PREFIX):
-                problems.append(f"{name} is reserved: the portal sets {RESERVED_ENV_PREFIX}…")
-        if problems:
-            raise serializers.ValidationError(problems)
-        return value
 
     def to_request(self, *, owner: Any) -> JobRequest:
         """The validated body as the service's request, submitted by ``owner``."""
@@ -197,25 +161,7 @@ class JobSubmitSerializer(serializers.Serializer):
 
     @staticmethod
     def request_of(data: dict[str, Any], *, owner: Any) -> JobRequest:
-        return JobRequest(
-            owner=owner,
-            team=data["team"],
-            queue=data["queue"],
-            capability_class=data["capability_class"],
-            name=data["name"],
-            image=data["image"],
-            command=list(data.get("command", [])),
-            args=list(data.get("args", [])),
-            env=dict(data.get("env", {})),
-            pods=data["pods"],
-            gpus_per_pod=data["gpus_per_pod"],
-            cpu_millicores_per_pod=data["cpu_millicores_per_pod"],
-            memory_mib_per_pod=data["memory_mib_per_pod"],
-            declared_gpu_memory_gb=data["declared_gpu_memory_gb"],
-            runtime_limit=data["runtime_limit"],
-            checkpoint_interval=data["checkpoint_interval"],
-            priority=data["priority"],
-        )
+        return JobRequest.of(owner=owner, values=data)
 
 
 class JobBatchSubmitSerializer(serializers.Serializer):

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.jobs.forms import JobForm
 from queues.jobs.preview import job_alternatives, job_preview
+from queues.jobs.requests import JobRequest
 from queues.jobs.selectors import job_cost_so_far, job_for, jobs_visible_to, may_cancel
 from queues.jobs.services import JobNotCancellable, JobRejected, job_cancel, job_submit
 from queues.models import ACTIVE_JOB_STATES, Job, JobState
@@ -61,7 +62,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
     initial = {}
     source = request.GET.get("from")
     if source and source.isdigit() and (copy := job_for(request.user, int(source))):
-        initial = _form_values(copy)
+        initial = JobRequest.of_job(copy).values()
     form = JobForm(request.POST or None, user=request.user, initial=initial)
     preview = None
     if request.method == "POST" and form.is_valid():
@@ -79,27 +80,6 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 return redirect("jobs:detail", job_id=job.pk)
     template = "jobs/_preview.html" if request.htmx and preview is not None else "jobs/new.html"
     return render(request, template, {"form": form, "preview": preview})
-
-
-def _form_values(job: Job) -> dict[str, object]:
-    return {
-        "name": job.name,
-        "team": job.team.name,
-        "queue": job.queue.name,
-        "capability_class": job.capability_class.name,
-        "pods": job.pods,
-        "gpus_per_pod": job.gpus_per_pod,
-        "cpu_millicores_per_pod": job.cpu_millicores_per_pod,
-        "memory_mib_per_pod": job.memory_mib_per_pod,
-        "declared_gpu_memory_gb": job.declared_gpu_memory_gb,
-        "runtime_limit": job.runtime_limit,
-        "image": job.image,
-        "command": job.command,
-        "args": job.args,
-        "env": job.env,
-        "checkpoint_interval": job.checkpoint_interval,
-        "priority": job.priority,
-    }
 
 
 def _visible_job(request: HttpRequest, job_id: int) -> Job:

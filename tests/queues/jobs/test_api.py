@@ -281,7 +281,7 @@ def test_unknown_names_are_refused_naming_each_field(mia, api_as):
         ),
         pytest.param(
             {"runtime_limit": "four hours"},
-            {"runtime_limit": ["a duration like 4h, 30m or 1h30m, or a number of seconds"]},
+            {"runtime_limit": ["'four hours' is not a duration like '4h', '30m' or '1h30m'"]},
             id="a malformed duration",
         ),
         pytest.param(

@@ -93,8 +93,8 @@ def test_a_queue_the_team_may_not_use_and_a_malformed_field(mia):
 
     errors = logged_in(mia).post("/jobs/new", form).context["form"].errors
 
-    assert "queue" in errors  # inference is not offered to mia's teams at all
-    assert errors["env"] == ["line 1: write NAME=value, with a name of letters, digits and _"]
+    assert errors["queue"] == ["team vision may not submit to queue inference"]
+    assert errors["env"] == ["line 1: write NAME=value"]
 
 
 def test_preview_says_it_would_start_now_with_its_cost_and_stores_nothing(a100, mia):
