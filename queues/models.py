@@ -8,6 +8,7 @@ be violated is a database constraint, not only a form check.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -25,13 +26,18 @@ from queues.admission.capability import (
     resolve_capability,
 )
 
+# The one rule for a policy object's name (a DNS subdomain, as Kubernetes labels take it). Match
+# it on the whole string (``NAME.fullmatch``): with ``re.match`` and ``$``, "gpu\n" would pass.
+NAME_PATTERN = r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?"
+NAME = re.compile(NAME_PATTERN)
 NAME_VALIDATOR = RegexValidator(
-    r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$",
+    rf"\A{NAME_PATTERN}\Z",
     "Use lowercase letters, digits, '-' and '.', starting and ending with a letter or digit.",
 )
 # A Kubernetes namespace is a DNS-1123 label: no dots.
+NAMESPACE_PATTERN = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
 NAMESPACE_VALIDATOR = RegexValidator(
-    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+    rf"\A{NAMESPACE_PATTERN}\Z",
     "A namespace is a DNS label: lowercase letters, digits and '-', at most 63 characters.",
 )
 

@@ -63,13 +63,14 @@ from queues.jobs.services import (
     job_submit,
     job_submit_batch,
 )
-from queues.models import FINISHED_JOB_STATES, Job, JobState
+from queues.models import FINISHED_JOB_STATES, NAME_PATTERN, Job, JobState
 
 # Ids beyond a 64-bit integer cannot name a row; refusing them early keeps the database from
 # raising an overflow instead of answering "not found".
 JOB_ID = re.compile(r"[0-9]{1,18}")
 # Names of queues and teams as the policy allows them (documented for the list's filters).
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
+# JSON Schema patterns search; anchored, they say the same as NAME_PATTERN.fullmatch.
+NAME_SCHEMA_PATTERN = f"^{NAME_PATTERN}$"
 
 
 def _job_id(value: Any) -> int | None:
@@ -92,7 +93,9 @@ class _Present:
 
 class _NameField(_Present, forms.CharField):
     default_validators = [
-        RegexValidator(NAME_PATTERN, "not a name (lowercase letters, digits, '.' and '-')")
+        RegexValidator(
+            rf"\A{NAME_PATTERN}\Z", "not a name (lowercase letters, digits, '.' and '-')"
+        )
     ]
 
 
@@ -154,8 +157,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         summary="Your and your teams' jobs, newest first",
         description="Filter by `state`, `queue` and `team` (names), or `owner=me`.",
         parameters=[
-            OpenApiParameter("queue", str, pattern=NAME_PATTERN, description="A queue's name."),
-            OpenApiParameter("team", str, pattern=NAME_PATTERN, description="A team's name."),
+            OpenApiParameter(
+                "queue", str, pattern=NAME_SCHEMA_PATTERN, description="A queue's name."
+            ),
+            OpenApiParameter(
+                "team", str, pattern=NAME_SCHEMA_PATTERN, description="A team's name."
+            ),
         ],
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

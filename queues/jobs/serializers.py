@@ -9,7 +9,6 @@ business, and its messages reach the client unchanged under their field names.
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -21,10 +20,9 @@ from portal.formatting import format_duration, parse_duration
 from queues.admission.reasons import ReasonCode
 from queues.catalog.serializers import DurationText
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
-from queues.models import CapabilityClass, Job, JobEvent, JobState, Queue, Team
+from queues.models import NAME, CapabilityClass, Job, JobEvent, JobState, Queue, Team
 
 MAX_BATCH = 500  # submissions in one POST /api/jobs/batch/
-NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
 
 
 @extend_schema_field(

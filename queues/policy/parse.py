@@ -30,6 +30,7 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
+from queues.models import NAME, NAMESPACE_PATTERN
 
 SECTIONS = (
     "fair_share",
@@ -44,10 +45,10 @@ SECTIONS = (
 NAMED_SECTIONS = ("gpu_classes", "capability_classes", "teams", "queues", "reservations")
 DEFAULT_USAGE_HALF_LIFE = timedelta(days=7)
 
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$")
-_NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_USERNAME = re.compile(r"^[\w.@+-]{1,150}$")
-_CURRENCY = re.compile(r"^[A-Z]{3}$")
+# Matched on the whole string (fullmatch): with re.match and "$", "bob\n" would pass.
+_NAMESPACE = re.compile(NAMESPACE_PATTERN)
+_USERNAME = re.compile(r"[\w.@+-]{1,150}")
+_CURRENCY = re.compile(r"[A-Z]{3}")
 GPU_AMOUNT_PLACES = Decimal("0.001")
 
 Policy = dict[str, Any]
@@ -246,7 +247,7 @@ def _named_entries(
             problems.append(Problem(f"{section}[#{position}]", None, "must be a mapping of fields"))
             continue
         name = item.get("name")
-        if not isinstance(name, str) or not pattern.match(name):
+        if not isinstance(name, str) or not pattern.fullmatch(name):
             problems.append(
                 Problem(
                     f"{section}[#{position}]",
@@ -334,7 +335,7 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
 def _parse_gpu_classes(data: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     products: dict[str, str] = {}
-    for name, entry in _named_entries(data, "gpu_classes", problems, _NAME):
+    for name, entry in _named_entries(data, "gpu_classes", problems, NAME):
         entry.check_fields(
             [
                 "name",
@@ -395,7 +396,7 @@ def _mig_profile_name(value: Any) -> str:
 
 def _parse_capability_classes(data: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for name, entry in _named_entries(data, "capability_classes", problems, _NAME):
+    for name, entry in _named_entries(data, "capability_classes", problems, NAME):
         entry.check_fields(
             ["name", "description", "min_hbm_gb", "precisions", "mig_profile", "rdma", "min_tier"]
         )
@@ -412,7 +413,7 @@ def _parse_capability_classes(data: Mapping[str, Any], problems: list[Problem]) 
 
 def _usernames(value: Any) -> list[str]:
     names = _name_list(value)
-    bad = [n for n in names if not _USERNAME.match(n)]
+    bad = [n for n in names if not _USERNAME.fullmatch(n)]
     if bad:
         raise ValueError(f"not a valid username: {', '.join(bad)}")
     return names
@@ -423,7 +424,7 @@ def _parse_teams(
 ) -> dict[str, Any]:
     result: dict[str, Any] = {}
     namespaces: dict[str, str] = {}
-    for name, entry in _named_entries(data, "teams", problems, _NAME):
+    for name, entry in _named_entries(data, "teams", problems, NAME):
         entry.check_fields(
             [
                 "name",
@@ -440,7 +441,7 @@ def _parse_teams(
             _text,
             check=lambda v: (
                 None
-                if _NAMESPACE.match(v)
+                if _NAMESPACE.fullmatch(v)
                 else f"{v!r} is not a DNS label (lowercase letters, digits, '-', at most 63)"
             ),
         )
@@ -533,7 +534,7 @@ def _parse_queues(
     team_names: set[str],
 ) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for name, entry in _named_entries(data, "queues", problems, _NAME):
+    for name, entry in _named_entries(data, "queues", problems, NAME):
         entry.check_fields(QUEUE_FIELDS)
         preemption = entry.get("preemption_class", _choice(PREEMPTION_CLASSES))
         sharing = entry.get("sharing_mode", _choice(SHARING_MODES))
@@ -721,7 +722,7 @@ def _parse_reservations(
     queues: Mapping[str, Any],
 ) -> dict[str, Any]:
     result: dict[str, Any] = {}
-    for name, entry in _named_entries(data, "reservations", problems, _NAME):
+    for name, entry in _named_entries(data, "reservations", problems, NAME):
         entry.check_fields(["name", "team", "queue", "gpu_class", "amount", "starts_at", "ends_at"])
         team = entry.get("team", _text)
         if team and team not in team_names:
@@ -821,7 +822,7 @@ def _parse_rate_cards(
                 _text,
                 check=lambda v: (
                     None
-                    if _CURRENCY.match(v)
+                    if _CURRENCY.fullmatch(v)
                     else f"{v!r} is not a three-letter currency code like EUR"
                 ),
             ),

@@ -554,3 +554,21 @@ class TestCapacity:
     def test_an_unknown_capacity_is_not_checked(self):
         # No node of any class is mirrored yet: nothing to compare with.
         assert policy_apply(text=EXAMPLE_POLICY.read_text()).changed
+
+
+class TestNamesAreMatchedWhole:
+    """A pattern checked with ``re.match`` and ``$`` lets a trailing newline through."""
+
+    def test_a_member_name_ending_in_a_newline_is_refused(self):
+        data = example()
+        entry(data, "teams", "vision")["members"] = ["mia\n"]
+
+        assert rejected(data) == ["teams[vision].members: not a valid username: mia\n"]
+        assert not get_user_model().objects.filter(username="mia\n").exists()
+
+    def test_a_team_name_ending_in_a_newline_is_refused(self):
+        data = example()
+        entry(data, "teams", "vision")["name"] = "vision\n"
+
+        assert rejected(data)[0].startswith("teams[#1].name: 'vision\\n' is not a valid name")
+        assert not Team.objects.exists()
