@@ -409,6 +409,28 @@ class JobState(models.TextChoices):
 
 ACTIVE_JOB_STATES = (JobState.PENDING, JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
 FINISHED_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+# The states in which a job's pods hold GPUs. A job that has left them (cancelled, preempted,
+# failed) still holds its GPUs while its pods terminate (``Job.terminating``): see
+# ``JobQuerySet.holding_gpus``.
+GPU_HOLDING_STATES = (JobState.ADMITTED, JobState.RUNNING)
+# The states in which a job may have a Kubernetes Job and pods (a preempted job until requeued).
+K8S_JOB_STATES = (*GPU_HOLDING_STATES, JobState.PREEMPTED)
+
+
+# Past waits count for this long: a queue's p50/p90 and the ranges estimates draw on.
+WAIT_HISTORY_WINDOW = timedelta(days=14)
+
+
+class JobQuerySet(models.QuerySet):
+    def admitted_recently(self, now: datetime) -> JobQuerySet:
+        """Jobs admitted within the wait history window before ``now`` (their waits are the
+        history a queue publishes)."""
+        return self.filter(admitted_at__isnull=False, admitted_at__gte=now - WAIT_HISTORY_WINDOW)
+
+    def holding_gpus(self) -> JobQuerySet:
+        """Jobs whose pods hold GPUs now: admitted or running, or ended with pods still
+        terminating. The catalog's free GPUs count these."""
+        return self.filter(Q(state__in=GPU_HOLDING_STATES) | Q(terminating=True))
 
 
 class CapacityKind(models.TextChoices):
@@ -483,6 +505,8 @@ class Job(models.Model):
     position = models.PositiveIntegerField(null=True, blank=True)
     queue_length = models.PositiveIntegerField(null=True, blank=True)
 
+    objects = JobQuerySet.as_manager()
+
     class Meta:
         ordering = ["-submitted_at", "-id"]
         indexes = [
@@ -526,14 +550,28 @@ class Job(models.Model):
         return self.is_active or self.terminating
 
 
+class EventKind(models.TextChoices):
+    """What happened to a job, as its timeline and the API name it."""
+
+    SUBMITTED = "submitted"
+    ADMITTED = "admitted"
+    STARTED = "started"
+    CHECKPOINT = "checkpoint"
+    PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+    ROLLED_BACK = "rolled back"
+    CLUSTER_REFUSED = "cluster refused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 class JobEvent(models.Model):
     """One entry of a job's timeline (submitted, admitted, started, preempted, finished…)."""
 
-    ROLLED_BACK = "rolled back"
-
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField()
-    kind = models.CharField(max_length=32)
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
     message = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
 

@@ -56,3 +56,22 @@ def cost_per_hour(
 ) -> Decimal:
     """What holding ``gpu_equivalents`` of a class costs per hour (the submit preview's figure)."""
     return share_as_decimal(gpu_equivalents) * weight * price
+
+
+def normalized_gpu_hours(
+    *, held: timedelta, devices: int, share: Fraction | Decimal | int, weight: Decimal
+) -> Decimal:
+    """GPU-hours weighted by the class's value: what fair share counts, and what a bill
+    multiplies by the price. The same arithmetic as ``rate``, which it calls."""
+    return rate(
+        held=held, devices=devices, share=share, weight=weight, price=Decimal(0)
+    ).normalized_gpu_hours
+
+
+# GPU-equivalents are stored and shown to three decimals (1/7 of a GPU is 0.143).
+GPU_AMOUNT_PLACES = Decimal("0.001")
+
+
+def gpu_amount(value: Fraction | Decimal | int) -> Decimal:
+    """An amount of GPU-equivalents as stored and shown: three decimals."""
+    return share_as_decimal(value).quantize(GPU_AMOUNT_PLACES)

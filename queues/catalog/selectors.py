@@ -102,9 +102,6 @@ class QueueLive:
         return self.expected_wait is not None and self.expected_wait > target
 
 
-HISTORY_WINDOW = timedelta(days=14)
-
-
 def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
     """Nearest-rank percentile (None without data)."""
     if not values:
@@ -160,15 +157,7 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
             capacity = Fraction(gpu_count)
         free[gpu_class.name] += capacity - Fraction(str(outside))
 
-    def device_share(gpu_class: GpuClass, mig_profile: str, node_replicas: int) -> Fraction:
-        if mig_profile and mig_profile in gpu_class.mig_profiles:
-            return gpu_class.mig_share(mig_profile)
-        return Fraction(1, node_replicas)
-
-    holding = Job.objects.filter(
-        Q(state__in=(JobState.ADMITTED, JobState.RUNNING)) | Q(terminating=True),
-        gpu_class__isnull=False,
-    ).order_by()
+    holding = Job.objects.holding_gpus().filter(gpu_class__isnull=False).order_by()
     for class_id, mig_profile, devices in (
         holding.exclude(gpu_class_id__in=sliced)
         .values("gpu_class_id", "mig_profile")
@@ -176,14 +165,14 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
         .values_list("gpu_class_id", "mig_profile", "devices")
     ):
         gpu_class = classes[class_id]
-        free[gpu_class.name] -= devices * device_share(gpu_class, mig_profile, 1)
+        free[gpu_class.name] -= devices * gpu_class.device_share(mig_profile, 1)
     for class_id, mig_profile, gpus_per_pod, pods, nodes in holding.filter(
         gpu_class_id__in=sliced
     ).values_list("gpu_class_id", "mig_profile", "gpus_per_pod", "pods", "nodes"):
         gpu_class = classes[class_id]
         node_replicas = max((replicas.get(n, 1) for n in nodes), default=1)
         free[gpu_class.name] -= (
-            gpus_per_pod * pods * device_share(gpu_class, mig_profile, node_replicas)
+            gpus_per_pod * pods * gpu_class.device_share(mig_profile, node_replicas)
         )
     return {
         name: (Decimal(max(v, 0).numerator) / Decimal(max(v, 0).denominator)).quantize(
@@ -238,7 +227,8 @@ def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
     }
     waits: dict[int, list[timedelta]] = defaultdict(list)
     for queue_id, submitted, admitted in (
-        Job.objects.filter(queue_id__in=ids, admitted_at__gte=now - HISTORY_WINDOW)
+        Job.objects.admitted_recently(now)
+        .filter(queue_id__in=ids)
         .order_by()
         .values_list("queue_id", "submitted_at", "admitted_at")
     ):

@@ -16,7 +16,6 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from django.db.models import Exists, Q
 from portal.formatting import display, format_duration
 from queues.admission.asks import pods_held
 from queues.models import CapabilityClass, Node, Queue, SharingMode, Team
+from queues.rates import gpu_amount
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -410,9 +410,7 @@ def image_allowed(image: str) -> bool:
 
 
 def _fraction_text(value: Fraction) -> str:
-    return display(
-        (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.001"))
-    )
+    return display(gpu_amount(value))
 
 
 def capability_class_share(capability_class: CapabilityClass, queue: Queue) -> Fraction:

@@ -11,6 +11,8 @@ from django.utils import timezone
 from queues.jobs.requests import JobRequest, job_request_errors
 from queues.models import (
     ACTIVE_JOB_STATES,
+    K8S_JOB_STATES,
+    EventKind,
     Job,
     JobEvent,
     JobState,
@@ -41,7 +43,7 @@ def job_cancel(*, job: Job, by: Any) -> Job:
         current = Job.objects.select_for_update().get(pk=job.pk)
         if current.state not in ACTIVE_JOB_STATES:
             raise JobNotCancellable(f"job {job.pk} is {current.state}")
-        holds_pods = current.state in (JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED)
+        holds_pods = current.state in K8S_JOB_STATES
         Job.objects.filter(pk=job.pk).update(
             state=JobState.CANCELLED,
             terminating=holds_pods,
@@ -51,7 +53,10 @@ def job_cancel(*, job: Job, by: Any) -> Job:
             estimated_start=None,
         )
         JobEvent.objects.create(
-            job_id=job.pk, at=now, kind="cancelled", message=f"cancelled by {by.get_username()}"
+            job_id=job.pk,
+            at=now,
+            kind=EventKind.CANCELLED,
+            message=f"cancelled by {by.get_username()}",
         )
         request_reconcile()
     job.refresh_from_db()
@@ -108,7 +113,10 @@ def _jobs_store(requests: list[JobRequest]) -> list[Job]:
         jobs = Job.objects.bulk_create(jobs)
         JobEvent.objects.bulk_create(
             JobEvent(
-                job=job, at=now, kind="submitted", message=f"submitted to queue {job.queue.name}"
+                job=job,
+                at=now,
+                kind=EventKind.SUBMITTED,
+                message=f"submitted to queue {job.queue.name}",
             )
             for job in jobs
         )
@@ -154,6 +162,6 @@ def job_checkpoint(*, job: Job, at: datetime | None = None) -> bool:
         )
         if recorded:
             JobEvent.objects.create(
-                job_id=job.pk, at=at, kind="checkpoint", message="checkpoint reported"
+                job_id=job.pk, at=at, kind=EventKind.CHECKPOINT, message="checkpoint reported"
             )
     return bool(recorded)

@@ -30,7 +30,8 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
-from queues.models import NAME, NAMESPACE_PATTERN
+from queues.models import NAME, NAMESPACE_PATTERN, PreemptionClass, SharingMode
+from queues.rates import GPU_AMOUNT_PLACES
 
 SECTIONS = (
     "fair_share",
@@ -49,7 +50,6 @@ DEFAULT_USAGE_HALF_LIFE = timedelta(days=7)
 _NAMESPACE = re.compile(NAMESPACE_PATTERN)
 _USERNAME = re.compile(r"[\w.@+-]{1,150}")
 _CURRENCY = re.compile(r"[A-Z]{3}")
-GPU_AMOUNT_PLACES = Decimal("0.001")
 
 Policy = dict[str, Any]
 
@@ -511,8 +511,8 @@ QUEUE_FIELDS = (
     "reservation_only",
     "required_topology",
 )
-PREEMPTION_CLASSES = ("never", "graceful", "preemptible")
-SHARING_MODES = ("exclusive", "mig", "time-sliced")
+PREEMPTION_CLASSES = tuple(PreemptionClass.values)
+SHARING_MODES = tuple(SharingMode.values)
 TOPOLOGIES = ("", "rack", "network_domain")
 
 
@@ -551,7 +551,7 @@ def _parse_queues(
             "checkpoint_interval", parse_duration, default=None, check=_positive_duration
         )
         if (
-            preemption in ("graceful", "preemptible")
+            preemption in (PreemptionClass.GRACEFUL, PreemptionClass.PREEMPTIBLE)
             and checkpoint is None
             and (
                 "checkpoint_interval" not in entry.data or entry.data["checkpoint_interval"] is None
@@ -561,14 +561,18 @@ def _parse_queues(
                 "checkpoint_interval",
                 f"required: a {preemption} queue's jobs are preempted, so they must checkpoint",
             )
-        if preemption == "graceful" and grace is None and entry.data.get("grace_period") is None:
+        if (
+            preemption == PreemptionClass.GRACEFUL
+            and grace is None
+            and entry.data.get("grace_period") is None
+        ):
             entry.problem("grace_period", "required for the graceful preemption class")
-        if preemption != "graceful" and grace is not None:
+        if preemption != PreemptionClass.GRACEFUL and grace is not None:
             entry.problem(
                 "grace_period", f"only a graceful queue has a grace period, not {preemption}"
             )
         may_borrow = entry.get("may_borrow", _bool, default=False)
-        if may_borrow and preemption == "never":
+        if may_borrow and preemption == PreemptionClass.NEVER:
             entry.problem(
                 "may_borrow",
                 "only graceful or preemptible queues may borrow: lenders reclaim borrowed GPUs "
@@ -667,14 +671,14 @@ def _check_sharing(
         if cap not in capability_classes:
             continue
         fields = capability_classes[cap]
-        if fields["mig_profile"] and sharing != "mig":
+        if fields["mig_profile"] and sharing != SharingMode.MIG:
             entry.problem(
                 "allowed_capability_classes",
                 f"capability class {cap} asks for MIG profile {fields['mig_profile']}, "
                 f"but the queue's sharing mode is {sharing}",
             )
             continue
-        if sharing == "mig" and not fields["mig_profile"]:
+        if sharing == SharingMode.MIG and not fields["mig_profile"]:
             entry.problem(
                 "allowed_capability_classes",
                 f"capability class {cap} names no MIG profile, but the queue hands out MIG slices",

@@ -24,9 +24,9 @@ from queues.catalog.services import queue_stats_refresh
 from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable
 from queues.cluster.mirror import ClusterMirror
 from queues.models import (
+    K8S_JOB_STATES,
     ClusterStatus,
     Job,
-    JobState,
 )
 from queues.reconcile.jobs import jobs_sync
 from queues.reconcile.leases import lease_acquire, lease_release
@@ -132,10 +132,9 @@ def unknown_jobs(view: ClusterView) -> list[str]:
     # Most of the cluster's portal Jobs belong to jobs holding pods: read those ids through the
     # state index, and look up only the rest one by one in a small IN list.
     holding = set(
-        Job.objects.filter(
-            Q(state__in=(JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED))
-            | Q(terminating=True)
-        ).values_list("pk", flat=True)
+        Job.objects.filter(Q(state__in=K8S_JOB_STATES) | Q(terminating=True)).values_list(
+            "pk", flat=True
+        )
     )
     rest = [job_id for job_id in view.jobs if job_id not in holding]
     known = holding | set(Job.objects.filter(pk__in=rest).values_list("pk", flat=True))

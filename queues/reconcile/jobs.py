@@ -11,6 +11,8 @@ from django.db.models import Q
 from queues import admission as engine
 from queues.cluster.pods import PodFacts, parse_time
 from queues.models import (
+    K8S_JOB_STATES,
+    EventKind,
     Job,
     JobEvent,
     JobState,
@@ -42,7 +44,7 @@ def job_transition(
     job: Job,
     *,
     to: str,
-    kind: str,
+    kind: EventKind,
     message: str,
     now: datetime,
     details: dict[str, Any] | None = None,
@@ -94,8 +96,7 @@ def jobs_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
     # Only the fields the passes below read: thousands of running jobs are looked at every
     # cycle, and their JSON fields (environment, command, reasons) cost the most to load.
     jobs = Job.objects.filter(
-        Q(state__in=(JobState.ADMITTED, JobState.RUNNING, JobState.PREEMPTED))
-        | Q(state__in=TERMINATING_STATES, terminating=True)
+        Q(state__in=K8S_JOB_STATES) | Q(state__in=TERMINATING_STATES, terminating=True)
     ).only(
         "state",
         "terminating",
@@ -137,7 +138,7 @@ def _sync_terminating(
         if job_transition(
             job,
             to=JobState.PENDING,
-            kind="requeued",
+            kind=EventKind.REQUEUED,
             now=now,
             message=message,
             **_requeue_fields(job),
@@ -162,7 +163,7 @@ def _sync_admitted(
         if job_transition(
             job,
             to=JobState.FAILED,
-            kind="failed",
+            kind=EventKind.FAILED,
             now=now,
             message=f"image {job.image} could not be pulled: "
             f"{pod.container.message or pod.container.reason}",
@@ -178,7 +179,7 @@ def _sync_admitted(
         if job_transition(
             job,
             to=JobState.RUNNING,
-            kind="started",
+            kind=EventKind.STARTED,
             now=now,
             message=f"{job.pods} pod(s) running on {', '.join(sorted({p.node for p in started}))}",
             started_at=start,
@@ -217,7 +218,7 @@ def _sync_admitted(
         if job_transition(
             job,
             to=JobState.PREEMPTED,
-            kind=JobEvent.ROLLED_BACK,
+            kind=EventKind.ROLLED_BACK,
             now=now,
             message=message,
             details={
@@ -260,7 +261,7 @@ def _sync_running(
         if job_transition(
             job,
             to=JobState.SUCCEEDED,
-            kind="succeeded",
+            kind=EventKind.SUCCEEDED,
             now=now,
             message="all pods completed",
             finished_at=end,
@@ -286,7 +287,7 @@ def _sync_running(
         if job_transition(
             job,
             to=JobState.FAILED,
-            kind="failed",
+            kind=EventKind.FAILED,
             now=now,
             message=message,
             failure_reason=reason,
@@ -302,7 +303,7 @@ def _sync_running(
         and job_transition(
             job,
             to=JobState.FAILED,
-            kind="failed",
+            kind=EventKind.FAILED,
             now=now,
             message=f"ran past its runtime limit of {job.runtime_limit}",
             failure_reason="TimedOut",
@@ -317,7 +318,7 @@ def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: C
     if job_transition(
         job,
         to=JobState.FAILED,
-        kind="failed",
+        kind=EventKind.FAILED,
         now=now,
         message="its Kubernetes Job was deleted outside the portal",
         failure_reason="deleted outside the portal",

@@ -12,6 +12,7 @@ from queues.models import (
     GpuClass,
     Node,
 )
+from queues.rates import gpu_amount
 from queues.reconcile.view import ClusterView
 
 
@@ -96,4 +97,4 @@ def _outside_gpu_eq(
     for profile, count in outside.items():
         if profile != "gpu" and gpu_class is not None and profile in gpu_class.mig_profiles:
             total += count * gpu_class.mig_share(profile)
-    return (Decimal(total.numerator) / Decimal(total.denominator)).quantize(Decimal("0.001"))
+    return gpu_amount(total)

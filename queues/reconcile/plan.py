@@ -14,6 +14,8 @@ from queues import admission as engine
 from queues.cluster.adapter import Cluster, ClusterRejected
 from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
 from queues.models import (
+    GPU_HOLDING_STATES,
+    EventKind,
     GpuClass,
     Job,
     JobEvent,
@@ -90,7 +92,7 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
         if job_transition(
             job,
             to=JobState.ADMITTED,
-            kind="admitted",
+            kind=EventKind.ADMITTED,
             now=now,
             message=f"admitted on {admission.gpu_class} ({admission.capacity.value}) on "
             f"{', '.join(sorted(set(admission.nodes)))}",
@@ -111,12 +113,12 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
             report.admitted.append(job.pk)
     for preemption in plan.preemptions:
         job = jobs.get(preemption.job_id)
-        if job is None or job.state not in (JobState.ADMITTED, JobState.RUNNING):
+        if job is None or job.state not in GPU_HOLDING_STATES:
             continue
         if job_transition(
             job,
             to=JobState.PREEMPTED,
-            kind="preempted",
+            kind=EventKind.PREEMPTED,
             now=now,
             message=f"{preemption.reason}; {int(preemption.grace_period.total_seconds())} s to "
             f"wind down, about {int(preemption.lost_work.total_seconds() // 60)} min of work lost "
@@ -239,14 +241,14 @@ def _create_refused(job: Job, exc: ClusterRejected, *, now: datetime, report: Cy
         JobEvent.objects.create(
             job_id=job.pk,
             at=now,
-            kind="cluster refused",
+            kind=EventKind.CLUSTER_REFUSED,
             message=f"the cluster refused the Job ({exc.status}): {exc.message}; will retry",
         )
         return
     if job_transition(
         job,
         to=JobState.FAILED,
-        kind="failed",
+        kind=EventKind.FAILED,
         now=now,
         message=f"the cluster refused the Job {refusals} times: {exc.message}",
         failure_reason=f"cluster refused: {exc.message}"[:300],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 
 from django.contrib.auth import get_user_model
@@ -16,7 +17,9 @@ from django.db.models import F, Prefetch
 from queues import admission as engine
 from queues.cluster.nodes import GPU_RESOURCE, MAINTENANCE_TAINT
 from queues.models import (
+    GPU_HOLDING_STATES,
     CapabilityClass,
+    EventKind,
     FairShareSettings,
     GpuClass,
     Job,
@@ -31,8 +34,8 @@ from queues.models import (
     UsageInterval,
 )
 from queues.policy.parse import DEFAULT_USAGE_HALF_LIFE
+from queues.rates import normalized_gpu_hours
 
-HOLDING_STATES = (JobState.ADMITTED, JobState.RUNNING)
 # Fair share forgets usage older than this many half-lives (it weighs < 0.4 % by then).
 USAGE_HORIZON_HALF_LIVES = 8
 RECENT_WAITS = 200
@@ -48,9 +51,8 @@ def snapshot_build(
     """The admission engine's view of the cluster and the policy at ``now``."""
     gpu_classes = list(GpuClass.objects.active().order_by("name"))
     card = RateCard.objects.in_force(now)
-    weights = (
-        {w.gpu_class_id: fraction(w.weight) for w in card.weights.all()} if card is not None else {}
-    )
+    card_weights = {w.gpu_class_id: w.weight for w in card.weights.all()} if card else {}
+    weights = {class_id: fraction(weight) for class_id, weight in card_weights.items()}
     by_id = {g.pk: g for g in gpu_classes}
     half_life = (
         FairShareSettings.objects.filter(pk=1).values_list("usage_half_life", flat=True).first()
@@ -77,7 +79,7 @@ def snapshot_build(
         capability_classes=tuple(
             c.request() for c in CapabilityClass.objects.active().order_by("name")
         ),
-        teams=tuple(_teams(now, half_life, weights)),
+        teams=tuple(_teams(now, half_life, card_weights)),
         reservations=tuple(
             engine.Reservation(
                 id=r.pk,
@@ -125,7 +127,7 @@ def _scheduler_messages(job_ids: list[int]) -> dict[int, str]:
         return {}
     said: dict[int, str] = {}
     for job_id, details in (
-        JobEvent.objects.filter(job_id__in=job_ids, kind=JobEvent.ROLLED_BACK)
+        JobEvent.objects.filter(job_id__in=job_ids, kind=EventKind.ROLLED_BACK)
         .order_by("job_id", "at", "id")
         .values_list("job_id", "details")
     ):
@@ -177,7 +179,7 @@ def _queues(now: datetime) -> list[engine.Queue]:
     )
     waits: dict[int, list[timedelta]] = defaultdict(list)
     recent = (
-        Job.objects.filter(admitted_at__isnull=False, admitted_at__gte=now - timedelta(days=14))
+        Job.objects.admitted_recently(now)
         .annotate(wait=F("admitted_at") - F("submitted_at"))
         .order_by("-admitted_at")
         .values_list("queue_id", "wait")[: RECENT_WAITS * 20]
@@ -210,7 +212,7 @@ def _queues(now: datetime) -> list[engine.Queue]:
     ]
 
 
-def _teams(now: datetime, half_life: timedelta, weights: dict[int, Fraction]) -> list[engine.Team]:
+def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> list[engine.Team]:
     usage: dict[int, float] = defaultdict(float)
     horizon = now - half_life * USAGE_HORIZON_HALF_LIVES
     intervals = UsageInterval.objects.exclude(ended_at__lt=horizon).values_list(
@@ -224,10 +226,15 @@ def _teams(now: datetime, half_life: timedelta, weights: dict[int, Fraction]) ->
     )
     for team_id, gpu_class_id, devices, numerator, denominator, started, ended in intervals:
         end = min(ended or now, now)
-        hours = max((end - started).total_seconds(), 0) / 3600
+        normalized = normalized_gpu_hours(
+            held=max(end - started, timedelta(0)),
+            devices=devices,
+            share=Fraction(numerator, denominator),
+            weight=weights.get(gpu_class_id, Decimal(1)),
+        )
+        # Fair share forgets usage with a half-life: what ended one half-life ago counts half.
         age = (now - end).total_seconds() / half_life.total_seconds()
-        weight = float(weights.get(gpu_class_id, Fraction(1)))
-        usage[team_id] += hours * devices * numerator / denominator * weight * 0.5**age
+        usage[team_id] += float(normalized) * 0.5**age
     teams = (
         Team.objects.active()
         .order_by("name")
@@ -255,9 +262,9 @@ def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
     """The jobs holding GPUs, read as plain values: thousands of them, and building a model
     instance per job and per related row was most of a cycle's snapshot."""
     classes = {g.pk: g for g in GpuClass.objects.all()}
-    shares: dict[tuple[int, str], Fraction] = {}
+    shares: dict[tuple[int, str, int], Fraction] = {}
     rows = (
-        Job.objects.filter(state__in=HOLDING_STATES, gpu_class__isnull=False)
+        Job.objects.filter(state__in=GPU_HOLDING_STATES, gpu_class__isnull=False)
         .order_by("id")
         .values_list(
             "pk",
@@ -300,16 +307,11 @@ def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
         pending_reasons,
     ) in rows:
         gpu_class = classes[gpu_class_id]
-        if mig_profile:
-            # What one pod holds in GPU-equivalents: a MIG slice is its share of the GPU, a
-            # time-sliced device 1 / replicas of its node.
-            key = (gpu_class_id, mig_profile)
-            if key not in shares:
-                shares[key] = gpu_class.mig_share(mig_profile)
-            per_pod = gpus_per_pod * shares[key]
-        else:
-            replicas = max((replicas_of.get(n, 1) for n in nodes), default=1)
-            per_pod = Fraction(gpus_per_pod, replicas)
+        replicas = max((replicas_of.get(n, 1) for n in nodes), default=1)
+        key = (gpu_class_id, mig_profile, replicas)
+        if key not in shares:
+            shares[key] = gpu_class.device_share(mig_profile, replicas)
+        per_pod = gpus_per_pod * shares[key]
         unschedulable = next(
             (
                 (r.get("details") or {}).get("scheduler_message", "")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from fractions import Fraction
 
-from queues.cluster.pods import PodFacts
 from queues.models import (
     Job,
     Node,
@@ -56,7 +55,7 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
         )
         for p in started
         if p.job_id in jobs and jobs[p.job_id].gpu_class is not None
-        for share in [_share(p, jobs[p.job_id], replicas.get(p.node, 1))]
+        for share in [_share(jobs[p.job_id], replicas.get(p.node, 1))]
     ]
     # Unique pod UIDs keep a crashed cycle's rerun from counting a pod twice.
     UsageInterval.objects.bulk_create(opened, ignore_conflicts=True)
@@ -88,11 +87,7 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
         report.intervals_closed += closed
 
 
-def _share(pod: PodFacts, job: Job, replicas: int) -> Fraction:
-    if (
-        job.mig_profile
-        and job.gpu_class is not None
-        and job.mig_profile in job.gpu_class.mig_profiles
-    ):
-        return job.gpu_class.mig_share(job.mig_profile)
-    return Fraction(1, replicas)
+def _share(job: Job, replicas: int) -> Fraction:
+    if job.gpu_class is None:
+        return Fraction(1, replicas)
+    return job.gpu_class.device_share(job.mig_profile, replicas)
