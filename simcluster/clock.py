@@ -76,8 +76,3 @@ def rfc3339(moment: datetime) -> str:
 def rfc3339_micro(moment: datetime) -> str:
     """Kubernetes' ``metav1.MicroTime`` form (events' ``eventTime``), and log timestamps."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_rfc3339(text: str) -> datetime:
-    """Parse a timestamp the cluster wrote (or a user's RFC 3339 time) into an aware datetime."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)

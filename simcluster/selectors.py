@@ -88,25 +88,6 @@ def labels_match(selector: LabelSelector, labels: dict[str, str] | None) -> bool
     return all(requirement.matches(labels) for requirement in selector)
 
 
-def match_label_selector_object(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
-    """A ``metav1.LabelSelector`` object (``matchLabels`` / ``matchExpressions``) against labels."""
-    if not selector:
-        return True
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expression in selector.get("matchExpressions") or []:
-        operator = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
-        requirement = Requirement(
-            expression["key"],
-            operator[expression["operator"]],
-            tuple(expression.get("values") or ()),
-        )
-        if not requirement.matches(labels):
-            return False
-    return True
-
-
 # --- field selectors -----------------------------------------------------------------------------
 
 FieldGetter = Callable[[dict[str, Any]], str]

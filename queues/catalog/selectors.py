@@ -98,9 +98,6 @@ class QueueLive:
     running: int
     free: dict[str, Decimal]
 
-    def over_target(self, target: timedelta) -> bool:
-        return self.expected_wait is not None and self.expected_wait > target
-
 
 def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
     """Nearest-rank percentile (None without data)."""

@@ -167,15 +167,6 @@ class Cluster:
             label_selector=f"{JOB_ID_LABEL}={job_id}",
         ).items
 
-    def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        listing = self._call(
-            self.core.list_namespaced_event,
-            namespace,
-            raw=True,
-            field_selector=f"involvedObject.name={name}",
-        )
-        return listing.get("items") or []
-
     # --- writes ----------------------------------------------------------------------------------
 
     def ensure_namespace(self, name: str) -> None:
@@ -241,26 +232,6 @@ class Cluster:
             if exc.status == 404:
                 return False
             raise
-
-    def delete_pods_of_job(self, namespace: str, job_id: int, *, grace_seconds: int) -> int:
-        """Delete a job's pods with ``grace_seconds`` (a preemption's grace period); how many."""
-        pods = self._list(
-            self.core.list_namespaced_pod,
-            namespace=namespace,
-            label_selector=f"{JOB_ID_LABEL}={job_id}",
-        )
-        for pod in pods.items:
-            try:
-                self._call(
-                    self.core.delete_namespaced_pod,
-                    pod["metadata"]["name"],
-                    namespace,
-                    grace_period_seconds=grace_seconds,
-                )
-            except ClusterRejected as exc:
-                if exc.status != 404:
-                    raise
-        return len(pods.items)
 
     def watch(
         self,

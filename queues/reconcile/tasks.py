@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from queues.cluster.adapter import cluster_from_settings
@@ -41,7 +41,20 @@ def worker_mirror() -> ClusterMirror:
     return _MIRROR
 
 
-@shared_task(name="queues.reconcile", acks_late=True, ignore_result=True)
+@shared_task(
+    name="queues.reconcile",
+    acks_late=True,
+    ignore_result=True,
+    # The cluster being unreachable is no error here: the cycle records it and carries on. A
+    # database that went away mid-cycle is retried with backoff (a cycle is idempotent: what
+    # it wrote stays written, what it did not, the next cycle does); beat starts a fresh one
+    # every few seconds anyway, so a few tries are enough.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=3,
+)
 def reconcile() -> str:
     """One reconcile cycle (beat runs it every few seconds; submissions ask for one). It reads
     the worker's watch-fed mirror, so it calls the API only for what it changes."""

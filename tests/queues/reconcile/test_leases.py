@@ -87,3 +87,18 @@ def test_two_reconcile_runs_in_one_worker_process_never_share_the_lease():
     assert first != second
     assert lease_acquire(name="reconcile", holder=first, ttl=MINUTE)
     assert not lease_acquire(name="reconcile", holder=second, ttl=MINUTE)
+
+
+def test_the_reconcile_task_retries_a_lost_database_with_backoff_and_nothing_else():
+    from django.db import InterfaceError, OperationalError
+
+    from queues.reconcile.tasks import reconcile
+
+    assert reconcile.name == "queues.reconcile"
+    assert reconcile.acks_late is True
+    assert set(reconcile.autoretry_for) == {OperationalError, InterfaceError}
+    assert (reconcile.max_retries, reconcile.retry_backoff, reconcile.retry_backoff_max) == (
+        3,
+        2,
+        60,
+    )
