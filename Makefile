@@ -42,6 +42,7 @@ chromium:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	DEBUG=true $(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -15,7 +16,7 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 class ApiTokenAuthentication(authentication.TokenAuthentication):
     keyword = "Token"
 
-    def authenticate_credentials(self, key: str):  # type: ignore[override]
+    def authenticate_credentials(self, key: str) -> tuple[User, ApiToken]:
         try:
             token = ApiToken.objects.select_related("user").get(
                 key_hash=hash_token_key(key), revoked_at__isnull=True

@@ -7,18 +7,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest
 
 FINANCE_GROUP = "finance"
 
+# Who asks: a signed-in user, or nobody yet.
+Viewer = User | AnonymousUser
 
-def is_admin(user: Any) -> bool:
+
+def is_admin(user: Viewer) -> bool:
     return bool(user.is_authenticated and user.is_staff)
 
 
-def is_finance(user: Any) -> bool:
+def is_finance(user: Viewer) -> bool:
     if not user.is_authenticated:
         return False
     if is_admin(user):

@@ -154,7 +154,7 @@ class UsageIntervalAdmin(admin.ModelAdmin):
     list_select_related = ["job", "team", "gpu_class"]
     raw_id_fields = ["job"]
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request, obj=None):
         # What the cluster reported is never edited by hand; corrections are adjustments.
         return False
 
@@ -173,14 +173,14 @@ class RateCardWeightInline(admin.TabularInline):
     model = RateCardWeight
     extra = 0
 
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request, obj=None):
         return obj is None
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request, obj=None):
         # A rate card is never rewritten once stored: bills already computed depend on it.
         return obj is None
 
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_delete_permission(self, request, obj=None):
         return obj is None
 
 
@@ -189,10 +189,10 @@ class RateCardAdmin(admin.ModelAdmin):
     list_display = ["effective_from", "currency", "price_per_normalized_gpu_hour", "note"]
     inlines = [RateCardWeightInline]
 
-    def get_readonly_fields(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def get_readonly_fields(self, request, obj=None):
         if obj is not None:
             return ["effective_from", "currency", "price_per_normalized_gpu_hour", "note"]
         return []
 
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_delete_permission(self, request, obj=None):
         return False

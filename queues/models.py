@@ -421,7 +421,7 @@ K8S_JOB_STATES = (*GPU_HOLDING_STATES, JobState.PREEMPTED)
 WAIT_HISTORY_WINDOW = timedelta(days=14)
 
 
-class JobQuerySet(models.QuerySet):
+class JobQuerySet(models.QuerySet["Job"]):
     def admitted_recently(self, now: datetime) -> JobQuerySet:
         """Jobs admitted within the wait history window before ``now`` (their waits are the
         history a queue publishes)."""
@@ -730,7 +730,7 @@ class QueueStats(models.Model):
 # --- Rate cards: what a GPU-hour of each class is worth ---------------------------------------
 
 
-class RateCardQuerySet(models.QuerySet):
+class RateCardQuerySet(models.QuerySet["RateCard"]):
     def in_force(self, at: datetime) -> RateCard | None:
         """The rate card in force at ``at``: the latest whose ``effective_from`` is not after it."""
         return self.filter(effective_from__lte=at).order_by("-effective_from").first()

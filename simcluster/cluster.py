@@ -873,7 +873,6 @@ class SimCluster:
         if failing:
             self._image_pull_failed(run, pod, failing[0])
             return
-        run.pulled = True
         run.started_at = self._moment
         for container in containers:
             image = container["image"]

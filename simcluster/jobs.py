@@ -8,6 +8,7 @@ and the ``status`` it reports — the way Kubernetes ≥ 1.31's Job controller d
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,20 +67,20 @@ def job_succeeded(run: JobRun, spec: dict[str, Any], unfinished: int) -> bool:
     work queue) one success with nothing left running is enough."""
     completions = spec.get("completions")
     if spec.get("completionMode") == "Indexed":
-        return len(run.succeeded_indexes) >= int(completions)
+        return len(run.succeeded_indexes) >= int(completions or 0)
     if completions is not None:
         return len(run.succeeded) >= int(completions)
     return bool(run.succeeded) and unfinished == 0
 
 
-def pods_to_create(run: JobRun, spec: dict[str, Any], active: list[PodRun]) -> list[int | None]:
+def pods_to_create(run: JobRun, spec: dict[str, Any], active: list[PodRun]) -> Sequence[int | None]:
     """The pods the Job lacks now, within ``parallelism``: their indexes when Indexed (lowest
     missing first), otherwise one ``None`` per pod."""
     room = max(0, int(spec.get("parallelism", 1)) - len(active))
     completions = spec.get("completions")
     if spec.get("completionMode") == "Indexed":
         busy = {r.index for r in active} | run.succeeded_indexes
-        return [i for i in range(int(completions)) if i not in busy][:room]
+        return [i for i in range(int(completions or 0)) if i not in busy][:room]
     if completions is not None:
         wanted = int(completions) - len(run.succeeded) - len(active)
         return [None] * max(0, min(room, wanted))

@@ -38,7 +38,7 @@ def log_lines(context: LogContext) -> list[tuple[datetime, str]]:
     """The log as (timestamp, line) pairs, oldest first."""
     pod = context.pod
     spec = pod.get("spec") or {}
-    container = next(
+    container: dict[str, Any] = next(
         (c for c in spec.get("containers") or [] if c["name"] == context.container), {}
     )
     start = context.started_at

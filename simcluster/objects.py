@@ -184,7 +184,7 @@ def build_node(spec: NodeSpec, number: int, now: datetime) -> dict[str, Any]:
                 stamp,
             )
         )
-    node = {
+    node: dict[str, Any] = {
         "kind": "Node",
         "apiVersion": "v1",
         "metadata": {

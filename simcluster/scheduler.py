@@ -193,7 +193,7 @@ def _term_matches(term: dict[str, Any], labels: dict[str, str], fields: dict[str
 
 
 def _expression_matches(expression: dict[str, Any], values: dict[str, str]) -> bool:
-    key, operator = expression.get("key"), expression.get("operator")
+    key, operator = str(expression.get("key")), expression.get("operator")
     wanted = expression.get("values") or []
     present = key in values
     if operator == "In":

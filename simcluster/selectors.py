@@ -55,7 +55,9 @@ def parse_label_selector(text: str | None) -> LabelSelector:
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas that are not inside ``( … )``."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
     for char in text:
         if char == "(":
             depth += 1

@@ -56,7 +56,8 @@ def _time_element(match: re.Match[str]) -> str:
 def times(text: object, autoescape: bool = True) -> SafeString:
     """``text`` with every UTC time stamp in it as a ``<time>``, so that pages show it in the
     viewer's time zone like every other time (UTC stays in the markup and on hover)."""
-    escaped = conditional_escape(text) if autoescape else str(text)
+    as_text = text if isinstance(text, str) else str(text)
+    escaped = conditional_escape(as_text) if autoescape else as_text
     # Stamps hold only digits, "-", ":", ".", "+", "T", "Z", spaces and "UTC": escaping the
     # text first leaves them as they were, and the <time> markup is added after.
     return mark_safe(_STAMP.sub(_time_element, "" if text is None else escaped))

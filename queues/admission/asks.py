@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -121,18 +121,35 @@ def build_probe_asks(state: State, asks: list[Ask]) -> list[Ask]:
     return _asks(state, placed)
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What jobs of one queue, capability and shape may use: the GPU classes in cost order,
+    with the job's demand (scaled GPU-eq) and pod shape on each; or, when no class can take
+    it, the ``static`` reason why."""
+
+    mode: str
+    profile: str | None
+    classes: tuple[str, ...] = ()
+    demand: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, Shape] = field(default_factory=dict)
+    static: tuple[PendingReason, ...] = ()
+
+
+ResolveKey = tuple[object, ...]
+
+
 def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
     """Asks for ``(order, job)`` pairs; jobs of the same queue, capability and shape share one
     resolution."""
     snapshot = state.snapshot
     capabilities = {c.name: c for c in snapshot.capability_classes}
     cost_order = sorted(state.classes.values(), key=lambda g: (Fraction(g.weight), g.name))
-    resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    resolved: dict[ResolveKey, Resolved] = {}
     asks: list[Ask] = []
     for order, job in jobs:
         queue = state.queues.get(job.queue) or _fallback_queue(job.queue)
         runtime = job.runtime_limit or queue.default_runtime
-        rkey = (
+        rkey: ResolveKey = (
             queue.name,
             job.capability,
             job.memory_gb,
@@ -152,7 +169,8 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 cost_order,
                 job.queue in state.queues,
             )
-        mode, profile, classes, demand, shapes, static = resolved[rkey]
+        resolution = resolved[rkey]
+        static = resolution.static
         held_until = None
         if not static and job.not_before is not None and held_back(job, snapshot.now):
             static = (held_back_reason(job, job.not_before),)
@@ -163,11 +181,11 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 order=order,
                 queue=queue,
                 runtime=runtime,
-                mode=mode,
-                profile=profile,
-                classes=classes,
-                demand=demand,
-                shapes=shapes,
+                mode=resolution.mode,
+                profile=resolution.profile,
+                classes=resolution.classes,
+                demand=resolution.demand,
+                shapes=resolution.shapes,
                 static=static,
                 key=(rkey, job.team, runtime),
                 rank=(queue.priority, job.priority),
@@ -177,6 +195,16 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
     return asks
 
 
+@dataclass(slots=True)
+class _Candidates:
+    """The classes a capability matched, sorted into those the job may use and why not the rest."""
+
+    usable: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)
+    too_small: list[str] = field(default_factory=list)  # no node of the class holds one pod
+    pod_limits: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
 def _resolve(
     state: State,
     queue: Queue,
@@ -184,141 +212,187 @@ def _resolve(
     job: PendingJob,
     cost_order: list[Any],
     queue_known: bool,
-) -> tuple[Any, ...]:
+) -> Resolved:
     """Which classes a job of this queue and capability may use, in cost order, with its demand
-    and pod shape on each; or the static reason none can."""
+    and pod shape on each; or the static reason none can. In steps: the sharing mode, the
+    refusals that need no class, the candidate classes, then demand and shape on each."""
+    mode, profile = _sharing(queue, capability)
+    refusal = _refusal(queue, capability, job, queue_known)
+    if refusal is not None:
+        return Resolved(mode, profile, static=(refusal,))
+    assert capability is not None  # _refusal refuses an unknown capability class
+    resolution = resolve_capability(capability, [g.spec for g in cost_order])
+    candidates = _candidates(state, queue, job, resolution.matches, mode, profile)
+    for name in state.classes:
+        if name not in resolution.matches:
+            candidates.rejected[name] = resolution.why_not(name)
+    if not candidates.usable:
+        reason = _no_class_reason(
+            state, queue, capability, job, resolution.matches, candidates, mode, profile
+        )
+        return Resolved(mode, profile, static=(reason,))
+    demand: dict[str, int] = {}
+    shapes: dict[str, Shape] = {}
+    for name in candidates.usable:
+        demand[name], shapes[name] = _demand_and_shape(
+            state, queue, job, name, mode, profile, candidates.pod_limits.get(name, ())
+        )
+    return Resolved(mode, profile, tuple(candidates.usable), demand, shapes)
+
+
+def _sharing(queue: Queue, capability: CapabilityRequest | None) -> tuple[str, str | None]:
+    """The sharing mode a job asks for and its MIG profile: a MIG capability asks for slices;
+    otherwise the queue's sharing decides."""
     profile = capability.mig_profile if capability else None
     if profile is not None:
-        mode = MIG
-    elif queue.sharing is SharingMode.TIME_SLICED:
-        mode = TIME_SLICED
-    else:
-        mode = EXCLUSIVE
+        return MIG, profile
+    if queue.sharing is SharingMode.TIME_SLICED:
+        return TIME_SLICED, None
+    return EXCLUSIVE, None
+
+
+def _refusal(
+    queue: Queue, capability: CapabilityRequest | None, job: PendingJob, queue_known: bool
+) -> PendingReason | None:
+    """The reason no class can take the job whatever the cluster: an unknown queue or
+    capability class, or one the queue does not accept."""
     if not queue_known:
-        return mode, profile, (), {}, {}, (_no_match(f"queue {queue.name} does not exist", {}),)
+        return _no_match(f"queue {queue.name} does not exist", {})
     if capability is None:
-        return (
-            mode,
-            profile,
-            (),
-            {},
-            {},
-            (_no_match(f"capability class {job.capability} does not exist", {}),),
-        )
+        return _no_match(f"capability class {job.capability} does not exist", {})
     if queue.capability_classes and capability.name not in queue.capability_classes:
         message = f"queue {queue.name} does not accept capability class {capability.name}"
         details = {"queue": queue.name, "accepted": list(queue.capability_classes)}
         hint = f"use one of: {', '.join(queue.capability_classes)}"
-        return mode, profile, (), {}, {}, (_no_match(message, details, hint),)
-    resolution = resolve_capability(capability, [g.spec for g in cost_order])
+        return _no_match(message, details, hint)
+    return None
+
+
+def _candidates(
+    state: State,
+    queue: Queue,
+    job: PendingJob,
+    matches: tuple[str, ...],
+    mode: str,
+    profile: str | None,
+) -> _Candidates:
+    """The matching classes the queue allows, whose memory fits a time-sliced job's declared
+    use, that have nodes for this sharing mode and nodes big enough for one pod."""
     allowed = set(queue.gpu_classes) if queue.gpu_classes else None
-    classes: list[str] = []
-    rejected: dict[str, str] = {}
-    too_small_classes: list[str] = []
-    pod_limits: dict[str, tuple[int, ...]] = {}
-    for name in resolution.matches:
+    found = _Candidates()
+    for name in matches:
         if allowed is not None and name not in allowed:
-            rejected[name] = f"queue {queue.name} does not allow it"
+            found.rejected[name] = f"queue {queue.name} does not allow it"
             continue
         gpu = state.classes[name]
         if mode == TIME_SLICED and job.memory_gb is not None and job.memory_gb > gpu.spec.hbm_gb:
-            rejected[name] = f"declares {job.memory_gb} GB > {gpu.spec.hbm_gb} GB HBM"
+            found.rejected[name] = f"declares {job.memory_gb} GB > {gpu.spec.hbm_gb} GB HBM"
             continue
         if (name, mode, profile) not in state.pools:
-            rejected[name] = _no_nodes(mode, profile)
+            found.rejected[name] = _no_nodes(mode, profile)
             continue
         if job.cpu_millicores or job.memory_mib:
             pool = state.pools[(name, mode, profile)]
             limits = _pod_limits(state, pool, job)
             if limits and not any(limits):
-                rejected[name] = _too_small_text(state, pool, job)
-                too_small_classes.append(name)
+                found.rejected[name] = _too_small_text(state, pool, job)
+                found.too_small.append(name)
                 continue
             if limits:
-                pod_limits[name] = limits
-        classes.append(name)
-    for name in state.classes:
-        if name not in resolution.matches:
-            rejected[name] = resolution.why_not(name)
-    demand: dict[str, int] = {}
-    shapes: dict[str, Shape] = {}
-    tolerations = frozenset(queue.tolerations)
-    for name in classes:
-        gpu = state.classes[name]
-        hbm = 0
-        if mode == MIG:
-            share = Fraction(gpu.spec.mig_profiles[profile or ""])
-            per_pod = share * job.gpus_per_pod
-        elif mode == TIME_SLICED:
-            pool = state.pools.get((name, TIME_SLICED, None))
-            replicas = (
-                min((state.nodes[i].time_slice_replicas for i in pool.nodes), default=1)
-                if pool
-                else 1
-            )
-            per_pod = Fraction(job.gpus_per_pod, replicas)
-            hbm = (
-                job.memory_gb
-                if job.memory_gb is not None
-                else gpu.spec.hbm_gb // replicas * job.gpus_per_pod
-            )
-        else:
-            per_pod = Fraction(job.gpus_per_pod)
-        demand[name] = state.eq_units(per_pod * job.pods)
-        topology = queue.required_topology if job.pods > 1 else TopologyScope.NONE
-        shapes[name] = Shape(
-            job.pods,
-            job.gpus_per_pod,
-            hbm,
-            topology,
-            tolerations,
-            frozenset(i for i, n in enumerate(pod_limits.get(name, ())) if n == 0),
-            pod_limits.get(name, ()),
+                found.pod_limits[name] = limits
+        found.usable.append(name)
+    return found
+
+
+def _demand_and_shape(
+    state: State,
+    queue: Queue,
+    job: PendingJob,
+    name: str,
+    mode: str,
+    profile: str | None,
+    pod_limits: tuple[int, ...],
+) -> tuple[int, Shape]:
+    """The job's demand on class ``name`` in scaled GPU-eq (for time-sliced work the most a node
+    of the class could charge, so quota checks stay safe), and its pod shape there."""
+    gpu = state.classes[name]
+    hbm = 0
+    if mode == MIG:
+        per_pod = Fraction(gpu.spec.mig_profiles[profile or ""]) * job.gpus_per_pod
+    elif mode == TIME_SLICED:
+        pool = state.pools.get((name, TIME_SLICED, None))
+        replicas = (
+            min((state.nodes[i].time_slice_replicas for i in pool.nodes), default=1) if pool else 1
         )
-    if (
-        not classes
-        and not too_small_classes
-        and any(name in rejected for name in resolution.matches)
-    ):
-        # matching classes exist, but the cluster has no nodes that serve this kind of request
-        names = [name for name in resolution.matches if rejected.get(name, "").startswith("no ")]
+        per_pod = Fraction(job.gpus_per_pod, replicas)
+        hbm = (
+            job.memory_gb
+            if job.memory_gb is not None
+            else gpu.spec.hbm_gb // replicas * job.gpus_per_pod
+        )
+    else:
+        per_pod = Fraction(job.gpus_per_pod)
+    topology = queue.required_topology if job.pods > 1 else TopologyScope.NONE
+    shape = Shape(
+        job.pods,
+        job.gpus_per_pod,
+        hbm,
+        topology,
+        frozenset(queue.tolerations),
+        frozenset(i for i, n in enumerate(pod_limits) if n == 0),
+        pod_limits,
+    )
+    return state.eq_units(per_pod * job.pods), shape
+
+
+def _no_class_reason(
+    state: State,
+    queue: Queue,
+    capability: CapabilityRequest,
+    job: PendingJob,
+    matches: tuple[str, ...],
+    found: _Candidates,
+    mode: str,
+    profile: str | None,
+) -> PendingReason:
+    """Why no class can take the job: the cluster has no nodes for this kind of request (a MIG
+    profile nowhere offered, say), or every class was ruled out, each with its reason."""
+    details: dict[str, Any]
+    if not found.too_small and any(name in found.rejected for name in matches):
+        names = [name for name in matches if found.rejected.get(name, "").startswith("no ")]
         if names and mode == MIG:
             message = (
                 f"no node offers MIG profile {profile} ({', '.join(names)} nodes do not have it)"
             )
             details = {"profile": profile, "gpu_classes": names, "free": 0}
-            reason = PendingReason(ReasonCode.MIG_PROFILE_UNAVAILABLE, message, details, "")
-            return mode, profile, (), {}, {}, (reason,)
+            return PendingReason(ReasonCode.MIG_PROFILE_UNAVAILABLE, message, details, "")
         if names:
             message = f"the cluster has no {_kind_words(mode)} nodes of {', '.join(names)}"
             details = {"gpu_classes": names, "free": 0, "capacity_gpu_eq": 0}
-            reason = PendingReason(ReasonCode.INSUFFICIENT_CAPACITY, message, details, "")
-            return mode, profile, (), {}, {}, (reason,)
-    if not classes:
-        parts = [f"{name}: {why}" for name, why in sorted(rejected.items())]
-        message = (
-            f"capability class {capability.name} matches no GPU class queue {queue.name} allows"
-            + (f" ({'; '.join(parts)})" if parts else "")
-        )
-        details = {
-            "capability": capability.name,
-            "queue": queue.name,
-            "allowed_classes": sorted(queue.gpu_classes)
-            if queue.gpu_classes
-            else sorted(state.classes),
-            "rejections": {name: why for name, why in sorted(rejected.items())},
-        }
-        if too_small_classes:
-            candidates = [
-                (state.nodes[i], name)
-                for name in too_small_classes
-                for i in state.pools[(name, mode, profile)].nodes
-            ]
-            hint = smaller_pod_hint(candidates, job)
-        else:
-            hint = _no_match_hint(state, queue, capability, job)
-        return mode, profile, (), {}, {}, (_no_match(message, details, hint),)
-    return mode, profile, tuple(classes), demand, shapes, ()
+            return PendingReason(ReasonCode.INSUFFICIENT_CAPACITY, message, details, "")
+    parts = [f"{name}: {why}" for name, why in sorted(found.rejected.items())]
+    message = (
+        f"capability class {capability.name} matches no GPU class queue {queue.name} allows"
+        + (f" ({'; '.join(parts)})" if parts else "")
+    )
+    details = {
+        "capability": capability.name,
+        "queue": queue.name,
+        "allowed_classes": sorted(queue.gpu_classes)
+        if queue.gpu_classes
+        else sorted(state.classes),
+        "rejections": dict(sorted(found.rejected.items())),
+    }
+    if found.too_small:
+        candidates = [
+            (state.nodes[i], name)
+            for name in found.too_small
+            for i in state.pools[(name, mode, profile)].nodes
+        ]
+        hint = smaller_pod_hint(candidates, job)
+    else:
+        hint = _no_match_hint(state, queue, capability, job)
+    return _no_match(message, details, hint)
 
 
 def pods_held(cpu: int, memory: int, pod_cpu: int, pod_memory: int, most: int) -> int:
@@ -344,8 +418,11 @@ def _pod_limits(state: State, pool: Pool, job: PendingJob) -> tuple[int, ...]:
     memory (a size a node does not report is no limit), capped at the job's pods; empty when no
     node limits it. Nodes come in a few sizes: the pool is grouped by size once per plan."""
     key = ("node sizes", pool.gpu_class, pool.mode, pool.profile)
-    grouped = state.memo.get(key)
-    if not isinstance(grouped, dict):
+    cached = state.memo.get(key)
+    grouped: dict[tuple[int, int], list[int]]
+    if isinstance(cached, dict):
+        grouped = cached
+    else:
         grouped = {}
         for local, i in enumerate(pool.nodes):
             node = state.nodes[i]

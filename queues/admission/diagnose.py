@@ -195,7 +195,7 @@ def borrowing_queue(state: State, ask: Ask, gpu_class: str) -> Queue | None:
 def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     team = ask.job.team
     rids = state.holder_reservations(team, ask.queue.name, gpu_class)
-    base = {"team": team, "gpu_class": gpu_class, "queue": ask.queue.name}
+    base: dict[str, object] = {"team": team, "gpu_class": gpu_class, "queue": ask.queue.name}
     if not rids:
         message = (
             f"queue {ask.queue.name} runs only on reservations; "
@@ -231,21 +231,20 @@ def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
             hint = f"reserved GPUs free up when job {job_id} ends, at the latest {time_text(end)}"
         return PendingReason(ReasonCode.QUOTA_EXCEEDED, message, details, hint)
     upcoming = sorted(
-        (state.reservations[rid].start, rid)
+        (start, rid)
         for rid in rids
-        if state.reservations[rid].start is not None and state.reservations[rid].start > state.now
+        if (start := state.reservations[rid].start) is not None and start > state.now
     )
     if upcoming:
         start, rid = upcoming[0]
-        assert start is not None
         message = f"team {team}'s reservation {rid} ({gpu_class}) starts {time_text(start)}"
         hint = f"the job can start when reservation {rid} opens at {time_text(start)}"
         details = {**base, "reservation_id": rid, "starts_at": start.isoformat()}
         return PendingReason(ReasonCode.RESERVATION_WINDOW, message, details, hint)
     rid = rids[-1]
-    end = state.reservations[rid].end
+    ended = state.reservations[rid].end
     message = f"team {team}'s reservation {rid} ({gpu_class}) has ended"
-    details = {**base, "reservation_id": rid, "ended_at": end.isoformat() if end else None}
+    details = {**base, "reservation_id": rid, "ended_at": ended.isoformat() if ended else None}
     return PendingReason(ReasonCode.RESERVATION_WINDOW, message, details)
 
 

@@ -317,7 +317,7 @@ def _never_starts(state: State, ask: Ask) -> str:
         team = ask.job.team
         entitled = any(
             state.eq_units(state.reservations[rid].amount) >= demand
-            and (state.reservations[rid].end is None or state.reservations[rid].end > state.now)
+            and ((end := state.reservations[rid].end) is None or end > state.now)
             for rid in state.holder_reservations(team, ask.queue.name, gpu_class)
         )
         if not ask.queue.reservation_only:

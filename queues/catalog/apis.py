@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from rest_framework import viewsets
 
+from portal.http import signed_in
 from queues.catalog.selectors import queues_visible_to
 from queues.catalog.serializers import (
     CapabilityClassSerializer,
     GpuClassSerializer,
     QueueSerializer,
 )
-from queues.models import CapabilityClass, GpuClass
+from queues.models import CapabilityClass, GpuClass, Queue
 
 
 class QueueViewSet(viewsets.ReadOnlyModelViewSet):
@@ -22,8 +24,8 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9.-]+"
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
-        return queues_visible_to(self.request.user).order_by("-priority", "name")
+    def get_queryset(self) -> QuerySet[Queue]:
+        return queues_visible_to(signed_in(self.request.user)).order_by("-priority", "name")
 
 
 class GpuClassViewSet(viewsets.ReadOnlyModelViewSet):
@@ -44,6 +46,6 @@ class CapabilityClassViewSet(viewsets.ReadOnlyModelViewSet):
     lookup_value_regex = "[a-z0-9.-]+"
 
     def get_serializer_context(self) -> dict[str, Any]:
-        context = super().get_serializer_context()
+        context = dict(super().get_serializer_context())
         context["gpu_classes"] = list(GpuClass.objects.active().order_by("tier", "name"))
         return context

@@ -10,6 +10,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth.models import User
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 
 from portal.roles import is_admin
@@ -24,6 +25,7 @@ from queues.models import (
     QueueStats,
     Team,
 )
+from queues.rates import share_as_decimal
 
 if TYPE_CHECKING:
     pass
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 # --- The queue catalog ---------------------------------------------------------------------------
 
 
-def queues_visible_to(user: Any) -> QuerySet[Queue]:
+def queues_visible_to(user: User) -> QuerySet[Queue]:
     """Active queues the user may submit to (through a team); admins see every active queue.
 
     The queryset prefetches what the catalog shows, so listing costs a fixed number of queries.
@@ -47,7 +49,7 @@ def queues_visible_to(user: Any) -> QuerySet[Queue]:
     return queues.filter(Q(teams__members=user) & Q(teams__active=True)).distinct()
 
 
-def teams_of(user: Any) -> QuerySet[Team]:
+def teams_of(user: User) -> QuerySet[Team]:
     return Team.objects.active().filter(members=user).order_by("name")
 
 
@@ -68,7 +70,7 @@ class QueueEntry:
         return (self.job.name or f"job {self.job.pk}") if self.mine else "another team's job"
 
 
-def queue_pending(queue: Queue, user: Any, *, limit: int = 100) -> tuple[list[QueueEntry], int]:
+def queue_pending(queue: Queue, user: User, *, limit: int = 100) -> tuple[list[QueueEntry], int]:
     """The first ``limit`` of the queue's pending jobs in plan order (position), those of the
     user's teams named, and how many wait in all."""
     teams = set(Team.objects.filter(members=user).values_list("pk", flat=True))
@@ -172,14 +174,12 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
             gpus_per_pod * pods * gpu_class.device_share(mig_profile, node_replicas)
         )
     return {
-        name: (Decimal(max(v, 0).numerator) / Decimal(max(v, 0).denominator)).quantize(
-            Decimal("0.01")
-        )
+        name: share_as_decimal(max(v, Fraction(0))).quantize(Decimal("0.01"))
         for name, v in free.items()
     }
 
 
-def queues_live(queues: list[Queue], user: Any, *, now: datetime) -> dict[int, QueueLive]:
+def queues_live(queues: list[Queue], user: User, *, now: datetime) -> dict[int, QueueLive]:
     """The live state of ``queues`` as ``user`` sees it (expected wait: the soonest of their
     teams'), as of the last reconcile: three queries however many queues and jobs."""
     ids = [q.pk for q in queues]
@@ -229,7 +229,8 @@ def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
         .order_by()
         .values_list("queue_id", "submitted_at", "admitted_at")
     ):
-        waits[queue_id].append(admitted - submitted)
+        if admitted is not None:  # admitted_recently admits no other
+            waits[queue_id].append(admitted - submitted)
     free = free_gpu_equivalents(now)
     return {
         q.pk: {

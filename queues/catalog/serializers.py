@@ -8,7 +8,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.formatting import format_duration
-from queues.models import CapabilityClass, GpuClass, Queue
+from queues.admission.capability import Resolution
+from queues.models import CapabilityClass, GpuClass, Queue, Team
 from queues.policy.parse import QUEUE_FIELDS
 
 
@@ -61,7 +62,7 @@ class CapabilityClassSerializer(serializers.ModelSerializer):
             "does_not_match",
         ]
 
-    def _resolution(self, obj: CapabilityClass):  # type: ignore[no-untyped-def]
+    def _resolution(self, obj: CapabilityClass) -> Resolution:
         return obj.resolve(self.context["gpu_classes"])
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -83,11 +84,15 @@ class QueueSerializer(serializers.ModelSerializer):
     default_runtime = DurationText()
     grace_period = DurationText(allow_null=True)
     checkpoint_interval = DurationText(allow_null=True)
-    allowed_gpu_classes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
-    allowed_capability_classes = serializers.SlugRelatedField(
+    allowed_gpu_classes: serializers.SlugRelatedField[GpuClass] = serializers.SlugRelatedField(
         slug_field="name", many=True, read_only=True
     )
-    teams = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    allowed_capability_classes: serializers.SlugRelatedField[CapabilityClass] = (
+        serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    )
+    teams: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="name", many=True, read_only=True
+    )
     job_priority = serializers.SerializerMethodField()
 
     class Meta:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from portal.http import PortalRequest
 from queues.catalog.selectors import queue_pending, queues_live, queues_visible_to, teams_of
 
 
 @login_required
-def catalog(request: HttpRequest) -> HttpResponse:
+def catalog(request: PortalRequest) -> HttpResponse:
     queues = list(queues_visible_to(request.user))
     live = queues_live(queues, request.user, now=timezone.now())
     return render(
@@ -25,7 +26,7 @@ def catalog(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def queue_detail(request: HttpRequest, name: str) -> HttpResponse:
+def queue_detail(request: PortalRequest, name: str) -> HttpResponse:
     queue = get_object_or_404(queues_visible_to(request.user), name=name)
     allowed = list(queue.allowed_gpu_classes.all())
     capabilities = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 import django_filters
 import django_filters.fields
@@ -38,6 +38,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.http import signed_in
 from portal.schema import ErrorDetailSerializer
 from portal.tokens import job_id_of_token
 from queues.cluster.adapter import ClusterUnreachable
@@ -143,12 +144,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     queryset = Job.objects.none()  # the real one is per caller: see get_queryset
 
     def get_queryset(self) -> QuerySet[Job]:
-        return jobs_visible_to(self.request.user).order_by("-submitted_at", "-id")
+        return jobs_visible_to(signed_in(self.request.user)).order_by("-submitted_at", "-id")
 
     def get_object(self) -> Job:
         """The job named in the URL if the caller may see it; 404 otherwise."""
         job_id = _job_id(self.kwargs["pk"])
-        job = job_for(self.request.user, job_id) if job_id is not None else None
+        job = job_for(signed_in(self.request.user), job_id) if job_id is not None else None
         if job is None:
             raise NotFound()
         return job
@@ -188,7 +189,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            job = job_submit(request=body.to_request(owner=request.user))
+            job = job_submit(request=body.to_request(owner=signed_in(request.user)))
         except JobRejected as exc:
             raise ValidationError(exc.errors) from exc
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
@@ -212,9 +213,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         body = JobBatchSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            jobs = job_submit_batch(requests=body.to_requests(owner=request.user))
+            jobs = job_submit_batch(requests=body.to_requests(owner=signed_in(request.user)))
         except BatchRejected as exc:
-            raise ValidationError({"jobs": exc.errors}) from exc
+            raise ValidationError({"jobs": {str(i): e for i, e in exc.errors.items()}}) from exc
         return Response(JobBatchSerializer({"jobs": jobs}).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -230,7 +231,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def preview(self, request: Request) -> Response:
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        preview = job_preview(request=body.to_request(owner=request.user))
+        preview = job_preview(request=body.to_request(owner=signed_in(request.user)))
         if preview.errors:
             raise ValidationError(preview.errors)
         return Response(preview.to_dict())
@@ -248,12 +249,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"], filter_backends=[], pagination_class=None)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
-        if not may_cancel(request.user, job):
+        if not may_cancel(signed_in(request.user), job):
             raise PermissionDenied(
                 f"only the job's owner ({job.owner.get_username()}) or an admin may cancel it"
             )
         try:
-            job_cancel(job=job, by=request.user)
+            job_cancel(job=job, by=signed_in(request.user))
         except JobNotCancellable:
             job.refresh_from_db(fields=["state"])
             if job.state in FINISHED_JOB_STATES:
@@ -261,7 +262,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             else:
                 detail = f"job {job.pk} changed state meanwhile (now {job.state}); try again"
             return Response({"detail": detail}, status=status.HTTP_409_CONFLICT)
-        return Response(JobSerializer(job_for(request.user, job.pk)).data)
+        return Response(JobSerializer(job_for(signed_in(request.user), job.pk)).data)
 
     @extend_schema(
         summary="The job's timeline, oldest first",
@@ -378,7 +379,7 @@ class JobCheckpointView(APIView):
 
     def permission_denied(
         self, request: Request, message: str | None = None, code: str | None = None
-    ) -> None:
+    ) -> NoReturn:
         if not request.successful_authenticator:
             raise NotAuthenticated(
                 "send the job's own token: Authorization: Bearer $GPUPORTAL_JOB_TOKEN "
@@ -403,7 +404,9 @@ class JobCheckpointView(APIView):
     )
     def post(self, request: Request, pk: str) -> Response:
         job_id = _job_id(pk)
-        job = Job.objects.filter(pk=job_id).first() if job_id == request.user.job_id else None
+        principal = request.user
+        mine = isinstance(principal, JobPrincipal) and job_id == principal.job_id
+        job = Job.objects.filter(pk=job_id).first() if mine and job_id is not None else None
         if job is None:
             raise NotFound()
         at = timezone.now()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from portal.formatting import format_duration, parse_duration
@@ -37,27 +38,28 @@ class DurationField(forms.CharField):
         return format_duration(value) if hasattr(value, "total_seconds") else value
 
 
-class LinesField(forms.CharField):
+class LinesField(forms.Field):
     """One item per line: the command and its arguments are a list, never a shell string."""
 
     widget = forms.Textarea(attrs={"rows": 3})
 
     def to_python(self, value: Any) -> list[str]:
-        text = super().to_python(value) or ""
+        text = "" if value in self.empty_values else str(value)
         return [line.strip() for line in text.splitlines() if line.strip()]
 
     def prepare_value(self, value: Any) -> Any:
         return "\n".join(value) if isinstance(value, list) else value
 
 
-class EnvField(forms.CharField):
+class EnvField(forms.Field):
     """``NAME=value`` per line."""
 
     widget = forms.Textarea(attrs={"rows": 3})
 
     def to_python(self, value: Any) -> dict[str, str]:
         env: dict[str, str] = {}
-        for number, line in enumerate((super().to_python(value) or "").splitlines(), start=1):
+        text = "" if value in self.empty_values else str(value)
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             name, sep, val = line.partition("=")
@@ -125,7 +127,7 @@ class JobForm(forms.Form):
     )
     priority = _whole_number(required=False, positive=False, help_text="Within the queue's bounds.")
 
-    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
         teams = list(teams_of(user))

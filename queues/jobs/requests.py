@@ -63,7 +63,7 @@ NO_SUCH_NAME = "no {what} named {value}"
 class JobRequest:
     """A submission as the form or the API gives it, before it is accepted."""
 
-    owner: User | Any  # the submitting user
+    owner: User  # the submitting user
     team: Team
     queue: Queue
     capability_class: CapabilityClass
@@ -82,7 +82,7 @@ class JobRequest:
     name: str = ""
 
     @classmethod
-    def of(cls, *, owner: User | Any, values: Mapping[str, Any]) -> JobRequest:
+    def of(cls, *, owner: User, values: Mapping[str, Any]) -> JobRequest:
         """A request from the values an adapter read, by field name (absent: the default)."""
         return cls(owner=owner, **{name: values[name] for name in REQUEST_FIELDS if name in values})
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from portal.roles import is_admin
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 from queues.rates import cost_per_hour, rate
 
 
-def jobs_visible_to(user: Any) -> QuerySet[Job]:
+def jobs_visible_to(user: User) -> QuerySet[Job]:
     """Jobs of the user's teams (admins: every job). Anything else is "not found", not
     "forbidden": a job's existence is itself team business."""
     jobs = Job.objects.select_related("owner", "team", "queue", "capability_class", "gpu_class")
@@ -34,12 +35,12 @@ def jobs_visible_to(user: Any) -> QuerySet[Job]:
     return jobs.filter(team__members=user)
 
 
-def job_for(user: Any, job_id: int) -> Job | None:
+def job_for(user: User, job_id: int) -> Job | None:
     """The job if the user may see it, else None."""
     return jobs_visible_to(user).filter(pk=job_id).first()
 
 
-def may_cancel(user: Any, job: Job) -> bool:
+def may_cancel(user: User, job: Job) -> bool:
     """Only the job's owner or an admin may cancel it."""
     return is_admin(user) or job.owner_id == user.pk
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -81,8 +82,12 @@ class _NameField(serializers.SlugRelatedField):
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, str) or not NAME.fullmatch(data):
             self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:100])
-        found = self.context.setdefault("_names", {})
-        key = (self.queryset.model, data)
+        context = self.context
+        assert isinstance(context, dict)  # DRF's context is a plain dict
+        found = context.setdefault("_names", {})
+        queryset = self.get_queryset()
+        assert queryset is not None  # every name field here has one
+        key = (queryset.model, data)
         if key not in found:
             found[key] = super().to_internal_value(data)
         return found[key]
@@ -153,23 +158,26 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Within the queue's bounds; defaults to the queue's default.",
     )
 
-    def to_request(self, *, owner: Any) -> JobRequest:
+    def to_request(self, *, owner: User) -> JobRequest:
         """The validated body as the service's request, submitted by ``owner``."""
         return self.request_of(self.validated_data, owner=owner)
 
     @staticmethod
-    def request_of(data: dict[str, Any], *, owner: Any) -> JobRequest:
+    def request_of(data: dict[str, Any], *, owner: User) -> JobRequest:
         return JobRequest.of(owner=owner, values=data)
 
 
 class JobBatchSubmitSerializer(serializers.Serializer):
     """Several submissions at once (a sweep): each as ``POST /api/jobs/`` takes one."""
 
-    jobs = JobSubmitSerializer(
-        many=True, allow_empty=False, max_length=MAX_BATCH, help_text=f"1 to {MAX_BATCH} jobs."
+    jobs: serializers.ListSerializer = serializers.ListSerializer(
+        child=JobSubmitSerializer(),
+        allow_empty=False,
+        max_length=MAX_BATCH,
+        help_text=f"1 to {MAX_BATCH} jobs.",
     )
 
-    def to_requests(self, *, owner: Any) -> list[JobRequest]:
+    def to_requests(self, *, owner: User) -> list[JobRequest]:
         return [
             JobSubmitSerializer.request_of(item, owner=owner)
             for item in self.validated_data["jobs"]
@@ -300,10 +308,6 @@ class AlternativeSerializer(serializers.Serializer):
 class PreviewSerializer(serializers.Serializer):
     """What would happen to the request if it were submitted now (nothing is stored)."""
 
-    errors = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        help_text="Always empty here: a request that breaks its queue's terms is a 400.",
-    )
     starts_now = serializers.BooleanField()
     gpu_class = serializers.CharField(allow_null=True)
     capacity = serializers.CharField(
@@ -317,6 +321,16 @@ class PreviewSerializer(serializers.Serializer):
         allow_null=True, help_text="A decimal number as text: currency per hour on gpu_class."
     )
     currency = serializers.CharField(allow_null=True)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # Declared here, not as a class attribute: one named "errors" would hide the
+        # serializer's own ``errors`` property.
+        fields = super().get_fields()
+        fields["errors"] = serializers.DictField(
+            child=serializers.ListField(child=serializers.CharField()),
+            help_text="Always empty here: a request that breaks its queue's terms is a 400.",
+        )
+        return fields
 
 
 class CheckpointSerializer(serializers.Serializer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -32,7 +33,7 @@ class JobNotCancellable(Exception):
     """The job already finished (or was cancelled)."""
 
 
-def job_cancel(*, job: Job, by: Any) -> Job:
+def job_cancel(*, job: Job, by: User) -> Job:
     """Cancel a pending, admitted, running or preempted job. One that holds or held pods shows
     ``terminating`` until the reconcile has deleted its Kubernetes Job and the pods are gone.
     Raises ``JobNotCancellable`` for a job that has already ended."""

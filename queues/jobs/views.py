@@ -8,11 +8,12 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import Http404, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from portal.http import PortalRequest
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.jobs.forms import JobForm
 from queues.jobs.preview import job_alternatives, job_preview
@@ -25,7 +26,7 @@ PAGE_SIZE = 25
 
 
 @login_required
-def job_list(request: HttpRequest) -> HttpResponse:
+def job_list(request: PortalRequest) -> HttpResponse:
     jobs = jobs_visible_to(request.user)
     state = request.GET.get("state", "")
     queue = request.GET.get("queue", "")
@@ -58,7 +59,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def job_new(request: HttpRequest) -> HttpResponse:
+def job_new(request: PortalRequest) -> HttpResponse:
     initial = {}
     source = request.GET.get("from")
     if source and source.isdigit() and (copy := job_for(request.user, int(source))):
@@ -82,7 +83,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"form": form, "preview": preview})
 
 
-def _visible_job(request: HttpRequest, job_id: int) -> Job:
+def _visible_job(request: PortalRequest, job_id: int) -> Job:
     job = job_for(request.user, job_id)
     if job is None:
         raise Http404("No such job.")
@@ -90,7 +91,7 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 
 
 @login_required
-def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_detail(request: PortalRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
     context = {
         "job": job,
@@ -104,7 +105,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 @login_required
-def job_alternatives_view(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_alternatives_view(request: PortalRequest, job_id: int) -> HttpResponse:
     """What would start a waiting job sooner: each what-if is a full plan, so the job page
     loads this part after itself instead of waiting for it."""
     job = _visible_job(request, job_id)
@@ -114,7 +115,7 @@ def job_alternatives_view(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
+def job_cancel_view(request: PortalRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
     if not may_cancel(request.user, job):
         return HttpResponseForbidden("Only the job's owner or an admin may cancel it.")

@@ -247,7 +247,7 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
             if before is not None and not diff_fields(before, fields):
                 continue
             model = SECTION_MODELS[section]
-            inactive = before is None and model.objects.filter(name=name).exists()
+            inactive = before is None and model._default_manager.filter(name=name).exists()
             writers[section](name, fields, report)
             if before is None:
                 action = "reactivated" if inactive else "created"

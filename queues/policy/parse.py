@@ -309,7 +309,8 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
     existing = existing or {}
 
     def known(section: str) -> dict[str, Any]:
-        return policy.get(section, existing.get(section, {}))
+        found: dict[str, Any] = policy[section] if section in policy else existing.get(section, {})
+        return found
 
     if "gpu_classes" in data:
         policy["gpu_classes"] = _parse_gpu_classes(data, problems)

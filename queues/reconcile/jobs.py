@@ -175,7 +175,8 @@ def _sync_admitted(
         return
     started = [p for p in pods if p.container.started_at is not None]
     if len(started) >= job.pods:
-        start = max(p.container.started_at for p in started)  # the gang runs once all ranks do
+        # The gang runs once all ranks do.
+        start = max(at for p in started if (at := p.container.started_at) is not None)
         if job_transition(
             job,
             to=JobState.RUNNING,

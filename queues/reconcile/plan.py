@@ -73,9 +73,9 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
         ["pending_reasons", "estimated_start", "estimated_start_note", "position", "queue_length"],
         batch_size=500,
     )
-    for job_id, reasons in plan.admitted_reasons:
+    for job_id, admitted_reasons in plan.admitted_reasons:
         Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
-            pending_reasons=[r.to_dict() for r in reasons]
+            pending_reasons=[r.to_dict() for r in admitted_reasons]
         )
 
 
@@ -137,7 +137,7 @@ def _mig_profile(job: Job) -> str:
 def with_default_probes(snapshot: engine.Snapshot) -> engine.Snapshot:
     """Add one probe per queue and team that may use it: the queue's default job, whose
     estimated start is the queue's published expected wait for that team."""
-    probes = []
+    probes: list[engine.PendingJob] = []
     for queue in snapshot.queues:
         for team in queue.teams:
             probe = engine.default_probe(

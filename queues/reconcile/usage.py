@@ -50,10 +50,11 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
             devices=sum(p.devices.values()),
             share_numerator=share.numerator,
             share_denominator=share.denominator,
-            started_at=p.container.started_at,
+            started_at=started_at,
             grace_seconds=p.grace_seconds,
         )
         for p in started
+        if (started_at := p.container.started_at) is not None
         if p.job_id in jobs and jobs[p.job_id].gpu_class is not None
         for share in [_share(jobs[p.job_id], replicas.get(p.node, 1))]
     ]

@@ -17,7 +17,7 @@ DEMO_MEMBER = "mia"
 
 
 # (user, team, queue, capability class, pods, GPUs per pod, simulated minutes, extra fields)
-DEMO_JOBS = [
+DEMO_JOBS: list[tuple[str, str, str, str, int, int, int, dict[str, Any]]] = [
     ("mia", "vision", "interactive", "any-gpu", 1, 1, 45, {"declared_gpu_memory_gb": 8}),
     ("mia", "nlp", "training", "bf16-large", 2, 8, 180, {}),
     ("mia", "vision", "interactive-mig", "mig-1g.10gb", 1, 1, 60, {}),
