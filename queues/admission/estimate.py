@@ -64,222 +64,279 @@ def simulate(
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
     module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
     estimates are the same with or without probes."""
-    results: dict[JobId, EstimatedStart] = {}
-    probe_results: dict[JobId, EstimatedStart] = {}
-    heaps: dict[str, list[tuple[int, int]]] = {name: [] for name in state.classes}
-    never: dict[tuple[object, ...], str] = {}
+    simulation = _Simulation(state)
+    simulation.enqueue(asks)
+    simulation.enqueue_ghosts(probes)
+    simulation.seed_events()
+    simulation.run()
+    return simulation.results, simulation.probe_results
 
-    def never_why(ask: Ask) -> str:
-        why = never.get(ask.key)
+
+Entry = tuple[int, int]  # (plan order, index) in a class's heap
+Parked = tuple[int, int, str]  # (plan order, index, GPU class) on a park list
+
+
+class _Simulation:
+    """The event loop of ``simulate`` and its bookkeeping: real jobs in one heap per GPU class,
+    parked jobs per team or user, ghosts (probes) in heaps of their own, and the events."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.results: dict[JobId, EstimatedStart] = {}
+        self.probe_results: dict[JobId, EstimatedStart] = {}
+        self.never: dict[tuple[object, ...], str] = {}
+        # Real jobs: every ask that may start, its heap entries per class, and its park lists.
+        self.live: list[Ask] = []
+        self.held: list[int] = []
+        self.heaps: dict[str, list[Entry]] = {name: [] for name in state.classes}
+        self.done: list[bool] = []
+        self.parked: dict[ParkKey, list[Parked]] = {}
+        self.remaining = 0
+        # Ghosts: (order, ghost index) per class; the index follows ``probes``' order, so ties
+        # in order go by probe id. ``ghost_seen`` keeps the class version at which a ghost last
+        # failed to fit: until the class changes, checking it again gives the same answer.
+        self.ghosts: list[Ask] = []
+        self.ghost_heaps: dict[str, list[Entry]] = {name: [] for name in state.classes}
+        self.ghost_done: list[bool] = []
+        self.ghost_parked: dict[ParkKey, list[Parked]] = {}
+        self.ghost_seen: dict[tuple[int, str], int] = {}
+        self.ghost_dirty: set[str] = set()
+        self.ghosts_left = 0
+        self.events: list[tuple[datetime, int, int, object]] = []
+        self.sequence = 0
+        self.cost_order = {name: i for i, name in enumerate(_cost_order(state))}
+
+    # --- setting up ------------------------------------------------------------------------------
+
+    def never_why(self, ask: Ask) -> str:
+        """Why ``ask`` can never start ("" if it may), remembered per kind of ask."""
+        why = self.never.get(ask.key)
         if why is None:
-            why = _never_starts(state, ask)
-            never[ask.key] = why
-        return why or _never_for_user(state, ask)
+            why = _never_starts(self.state, ask)
+            self.never[ask.key] = why
+        return why or _never_for_user(self.state, ask)
 
-    live: list[Ask] = []
-    held: list[int] = []
-    for ask in asks:
-        why = never_why(ask)
-        if why:
-            results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
-            continue
-        index = len(live)
-        live.append(ask)
-        if ask.held_until is not None:
-            held.append(index)  # it joins the heaps when its back-off ends
-            continue
-        for gpu_class in ask.classes:
-            heaps[gpu_class].append((ask.order, index))
-    for heap in heaps.values():
-        heapq.heapify(heap)
-    done = [False] * len(live)
-    parked: dict[ParkKey, list[tuple[int, int, str]]] = {}
+    def enqueue(self, asks: Sequence[Ask]) -> None:
+        """Put every real job that may start into the heaps of its classes (a job held back
+        after roll-backs joins them when its back-off ends)."""
+        for ask in asks:
+            why = self.never_why(ask)
+            if why:
+                self.results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
+                continue
+            index = len(self.live)
+            self.live.append(ask)
+            if ask.held_until is not None:
+                self.held.append(index)
+                continue
+            for gpu_class in ask.classes:
+                self.heaps[gpu_class].append((ask.order, index))
+        for heap in self.heaps.values():
+            heapq.heapify(heap)
+        self.done = [False] * len(self.live)
+        self.remaining = len(self.live)
 
-    # Ghosts: (order, ghost index) per class; the index follows ``probes``' order, so ties in
-    # order go by probe id. ``ghost_seen`` keeps the class version at which a ghost last failed
-    # to fit: until the class changes, checking it again would give the same answer.
-    ghosts: list[Ask] = []
-    ghost_heaps: dict[str, list[tuple[int, int]]] = {name: [] for name in state.classes}
-    for ask in probes:
-        why = never_why(ask)
-        if why:
-            probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
-            continue
-        for gpu_class in ask.classes:
-            ghost_heaps[gpu_class].append((ask.order, len(ghosts)))
-        ghosts.append(ask)
-    for heap in ghost_heaps.values():
-        heapq.heapify(heap)
-    ghost_done = [False] * len(ghosts)
-    ghost_parked: dict[ParkKey, list[tuple[int, int, str]]] = {}
-    ghost_seen: dict[tuple[int, str], int] = {}
-    ghost_dirty: set[str] = set()
-    ghosts_left = len(ghosts)
-    events: list[tuple[datetime, int, int, object]] = []
-    sequence = 0
+    def enqueue_ghosts(self, probes: Sequence[Ask]) -> None:
+        for ask in probes:
+            why = self.never_why(ask)
+            if why:
+                self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
+                continue
+            for gpu_class in ask.classes:
+                self.ghost_heaps[gpu_class].append((ask.order, len(self.ghosts)))
+            self.ghosts.append(ask)
+        for heap in self.ghost_heaps.values():
+            heapq.heapify(heap)
+        self.ghost_done = [False] * len(self.ghosts)
+        self.ghosts_left = len(self.ghosts)
 
-    def push(when: datetime, kind: int, payload: object) -> None:
-        nonlocal sequence
-        sequence += 1
-        heapq.heappush(events, (when, kind, sequence, payload))
+    def push(self, when: datetime, kind: int, payload: object) -> None:
+        self.sequence += 1
+        heapq.heappush(self.events, (when, kind, self.sequence, payload))
 
-    for alloc in sorted(state.allocs.values(), key=lambda a: (a.end, a.job_id)):
-        push(alloc.end, END, alloc)
-    for rid, reservation in sorted(state.reservations.items()):
-        if reservation.start is not None and reservation.start > state.now:
-            push(reservation.start, RESERVATION_ON, rid)
-        if reservation.end is not None and reservation.end > state.now:
-            push(reservation.end, RESERVATION_OFF, rid)
-    for index, node in enumerate(state.nodes):
-        if not state.node_eligible[index] and node.healthy and node.maintenance_until is not None:
-            push(max(state.now, node.maintenance_until), NODE_BACK, index)
-    for index in held:
-        until = live[index].held_until
-        assert until is not None
-        push(until, HELD_BACK_ENDS, index)
+    def seed_events(self) -> None:
+        """What will happen if nothing new arrives: running jobs end at their limits,
+        reservations open and close, nodes come back from maintenance, back-offs end."""
+        state = self.state
+        for alloc in sorted(state.allocs.values(), key=lambda a: (a.end, a.job_id)):
+            self.push(alloc.end, END, alloc)
+        for rid, reservation in sorted(state.reservations.items()):
+            if reservation.start is not None and reservation.start > state.now:
+                self.push(reservation.start, RESERVATION_ON, rid)
+            if reservation.end is not None and reservation.end > state.now:
+                self.push(reservation.end, RESERVATION_OFF, rid)
+        for index, node in enumerate(state.nodes):
+            if (
+                not state.node_eligible[index]
+                and node.healthy
+                and node.maintenance_until is not None
+            ):
+                self.push(max(state.now, node.maintenance_until), NODE_BACK, index)
+        for index in self.held:
+            until = self.live[index].held_until
+            assert until is not None
+            self.push(until, HELD_BACK_ENDS, index)
 
-    def unpark(key: ParkKey, dirty: set[str]) -> None:
-        # every ghost parked under the key returns: ghosts hold nothing, so letting all of them
-        # look again costs a check each and takes nothing from anyone
-        for order, ghost, gpu_class in ghost_parked.pop(key, ()):
-            if not ghost_done[ghost]:
-                heapq.heappush(ghost_heaps[gpu_class], (order, ghost))
-                ghost_dirty.add(gpu_class)
-        waiting = parked.get(key)
+    # --- park lists --------------------------------------------------------------------------
+
+    def park(self, key: ParkKey, entry: Parked) -> None:
+        heapq.heappush(self.parked.setdefault(key, []), entry)
+
+    def unpark(self, key: ParkKey, dirty: set[str]) -> None:
+        """The first real job parked under ``key`` returns to its class's heap; every ghost
+        parked there returns (ghosts hold nothing, so letting all of them look again costs a
+        check each and takes nothing from anyone)."""
+        for order, ghost, gpu_class in self.ghost_parked.pop(key, ()):
+            if not self.ghost_done[ghost]:
+                heapq.heappush(self.ghost_heaps[gpu_class], (order, ghost))
+                self.ghost_dirty.add(gpu_class)
+        waiting = self.parked.get(key)
         while waiting:
             order, index, gpu_class = heapq.heappop(waiting)
-            if done[index]:
+            if self.done[index]:
                 continue
-            heapq.heappush(heaps[gpu_class], (order, index))
+            heapq.heappush(self.heaps[gpu_class], (order, index))
             dirty.add(gpu_class)
             return
 
-    def park(key: ParkKey, entry: tuple[int, int, str]) -> None:
-        heapq.heappush(parked.setdefault(key, []), entry)
+    # --- the loop ----------------------------------------------------------------------------
 
-    def head_order(gpu_class: str) -> float:
+    def run(self) -> None:
+        while self.events and (self.remaining or self.ghosts_left):
+            now = self.events[0][0]
+            dirty: set[str] = set()
+            while self.events and self.events[0][0] == now:
+                _, kind, _, payload = heapq.heappop(self.events)
+                self.apply_event(kind, payload, dirty)
+            while dirty:
+                gpu_class = min(dirty, key=self.cost_rank)
+                dirty.discard(gpu_class)
+                if gpu_class in self.heaps:
+                    self.scan(gpu_class, now, dirty)
+            if self.ghost_dirty:  # ghosts back from a park list, maybe on an untouched class
+                for gpu_class in sorted(self.ghost_dirty, key=self.cost_rank):
+                    if gpu_class in self.heaps:
+                        self.check_ghosts(gpu_class, self.head_order(gpu_class), now)
+                self.ghost_dirty.clear()
+        for index, ask in enumerate(self.live):
+            if not self.done[index]:
+                self.results[ask.job.id] = EstimatedStart(at=None, why_unknown=NEVER_FOUND)
+        for ghost, ask in enumerate(self.ghosts):
+            if not self.ghost_done[ghost]:
+                self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=NEVER_FOUND)
+
+    def cost_rank(self, gpu_class: str) -> int:
+        return self.cost_order.get(gpu_class, len(self.cost_order))
+
+    def apply_event(self, kind: int, payload: object, dirty: set[str]) -> None:
+        """One event's effect on the state; the classes it touched go into ``dirty``."""
+        state = self.state
+        if kind == END:
+            assert isinstance(payload, Alloc)
+            if not payload.live:
+                return
+            state.give_back(payload)
+            dirty.add(payload.gpu_class)
+            self.unpark(("t", payload.team, payload.gpu_class), dirty)
+            self.unpark(("u", payload.queue, payload.user), dirty)
+        elif kind in (RESERVATION_ON, RESERVATION_OFF):
+            assert isinstance(payload, int)
+            reservation = state.reservations[payload]
+            state.set_reservation_active(payload, kind == RESERVATION_ON)
+            dirty.add(reservation.gpu_class)
+            if kind == RESERVATION_ON:
+                self.unpark(("t", reservation.team, reservation.gpu_class), dirty)
+        elif kind == NODE_BACK:
+            assert isinstance(payload, int)
+            state.set_node_eligible(payload, True)
+            dirty.add(state.nodes[payload].gpu_class)
+        else:  # a job held back after roll-backs joins the queue in its place
+            assert isinstance(payload, int)
+            ask = self.live[payload]
+            for gpu_class in ask.classes:
+                heapq.heappush(self.heaps[gpu_class], (ask.order, payload))
+                dirty.add(gpu_class)
+
+    def scan(self, gpu_class: str, now: datetime, dirty: set[str]) -> None:
+        """Start the class's waiting jobs in plan order from the head, parking those held back
+        by their team's quota or their user limit, until one does not fit: the class is then
+        full for everyone behind it. Ghosts are checked at their places on the way."""
+        state = self.state
+        heap = self.heaps[gpu_class]
+        ghost_heap = self.ghost_heaps[gpu_class]
+        while heap:
+            order, index = heap[0]
+            if self.done[index]:
+                heapq.heappop(heap)
+                continue
+            if ghost_heap and ghost_heap[0][0] <= order:
+                self.check_ghosts(gpu_class, order, now)  # before any real job behind them
+            ask = self.live[index]
+            if _user_blocked(state, ask):
+                heapq.heappop(heap)
+                self.park(("u", ask.queue.name, ask.job.user), (order, index, gpu_class))
+                continue
+            options = entitlement(state, ask, gpu_class)
+            if not options:
+                heapq.heappop(heap)
+                self.park(("t", ask.job.team, gpu_class), (order, index, gpu_class))
+                continue
+            fit = fit_class(state, ask, gpu_class, options)
+            if fit is None:
+                break
+            heapq.heappop(heap)
+            alloc = hold(state, ask, fit, now)
+            self.push(alloc.end, END, alloc)
+            self.done[index] = True
+            self.remaining -= 1
+            self.results[ask.job.id] = EstimatedStart(at=now)
+            # the team or user may have room for the next of its parked jobs too
+            self.unpark(("t", ask.job.team, gpu_class), dirty)
+            self.unpark(("u", ask.queue.name, ask.job.user), dirty)
+        if ghost_heap:
+            self.check_ghosts(gpu_class, self.head_order(gpu_class), now)
+
+    def head_order(self, gpu_class: str) -> float:
         """The order of the first real job still waiting in the class's heap (inf: none)."""
-        heap = heaps[gpu_class]
-        while heap and done[heap[0][1]]:
+        heap = self.heaps[gpu_class]
+        while heap and self.done[heap[0][1]]:
             heapq.heappop(heap)
         return heap[0][0] if heap else math.inf
 
-    def check_ghosts(gpu_class: str, limit: float, now: datetime) -> None:
+    def check_ghosts(self, gpu_class: str, limit: float, now: datetime) -> None:
         """Check every ghost of the class with order <= ``limit`` (no real job ahead of it is
         still waiting on the class). Reads the state only."""
-        nonlocal ghosts_left
-        heap = ghost_heaps[gpu_class]
-        blocked: list[tuple[int, int]] = []
+        state = self.state
+        heap = self.ghost_heaps[gpu_class]
+        blocked: list[Entry] = []
         version = state.class_version[gpu_class]
         while heap and heap[0][0] <= limit:
             entry = heapq.heappop(heap)
             order, ghost = entry
-            if ghost_done[ghost]:
+            if self.ghost_done[ghost]:
                 continue
-            if ghost_seen.get((ghost, gpu_class)) == version:
+            if self.ghost_seen.get((ghost, gpu_class)) == version:
                 blocked.append(entry)
                 continue
-            ask = ghosts[ghost]
+            ask = self.ghosts[ghost]
             if _user_blocked(state, ask):
                 key: ParkKey = ("u", ask.queue.name, ask.job.user)
-                ghost_parked.setdefault(key, []).append((order, ghost, gpu_class))
+                self.ghost_parked.setdefault(key, []).append((order, ghost, gpu_class))
                 continue
             options = entitlement(state, ask, gpu_class)
             if not options:
                 key = ("t", ask.job.team, gpu_class)
-                ghost_parked.setdefault(key, []).append((order, ghost, gpu_class))
+                self.ghost_parked.setdefault(key, []).append((order, ghost, gpu_class))
                 continue
             if fit_class(state, ask, gpu_class, options) is None:
-                ghost_seen[(ghost, gpu_class)] = version
+                self.ghost_seen[(ghost, gpu_class)] = version
                 blocked.append(entry)
                 continue
-            ghost_done[ghost] = True
-            ghosts_left -= 1
-            probe_results[ask.job.id] = EstimatedStart(at=now)
+            self.ghost_done[ghost] = True
+            self.ghosts_left -= 1
+            self.probe_results[ask.job.id] = EstimatedStart(at=now)
         for entry in blocked:
             heapq.heappush(heap, entry)
-
-    remaining = len(live)
-    cost_order = {name: i for i, name in enumerate(_cost_order(state))}
-    while events and (remaining or ghosts_left):
-        now = events[0][0]
-        dirty: set[str] = set()
-        while events and events[0][0] == now:
-            _, kind, _, payload = heapq.heappop(events)
-            if kind == END:
-                assert isinstance(payload, Alloc)
-                if not payload.live:
-                    continue
-                state.give_back(payload)
-                dirty.add(payload.gpu_class)
-                unpark(("t", payload.team, payload.gpu_class), dirty)
-                unpark(("u", payload.queue, payload.user), dirty)
-            elif kind in (RESERVATION_ON, RESERVATION_OFF):
-                assert isinstance(payload, int)
-                reservation = state.reservations[payload]
-                state.set_reservation_active(payload, kind == RESERVATION_ON)
-                dirty.add(reservation.gpu_class)
-                if kind == RESERVATION_ON:
-                    unpark(("t", reservation.team, reservation.gpu_class), dirty)
-            elif kind == NODE_BACK:
-                assert isinstance(payload, int)
-                state.set_node_eligible(payload, True)
-                dirty.add(state.nodes[payload].gpu_class)
-            else:  # a job held back after roll-backs joins the queue in its place
-                assert isinstance(payload, int)
-                for gpu_class in live[payload].classes:
-                    heapq.heappush(heaps[gpu_class], (live[payload].order, payload))
-                    dirty.add(gpu_class)
-        while dirty:
-            gpu_class = min(dirty, key=lambda c: cost_order.get(c, len(cost_order)))
-            dirty.discard(gpu_class)
-            if gpu_class not in heaps:
-                continue
-            heap = heaps[gpu_class]
-            ghost_heap = ghost_heaps[gpu_class]
-            while heap:
-                order, index = heap[0]
-                if done[index]:
-                    heapq.heappop(heap)
-                    continue
-                if ghost_heap and ghost_heap[0][0] <= order:
-                    check_ghosts(gpu_class, order, now)  # before any real job behind them
-                ask = live[index]
-                if _user_blocked(state, ask):
-                    heapq.heappop(heap)
-                    park(("u", ask.queue.name, ask.job.user), (order, index, gpu_class))
-                    continue
-                options = entitlement(state, ask, gpu_class)
-                if not options:
-                    heapq.heappop(heap)
-                    park(("t", ask.job.team, gpu_class), (order, index, gpu_class))
-                    continue
-                fit = fit_class(state, ask, gpu_class, options)
-                if fit is None:
-                    break  # the class is full for everyone behind this job
-                heapq.heappop(heap)
-                alloc = hold(state, ask, fit, now)
-                push(alloc.end, END, alloc)
-                done[index] = True
-                remaining -= 1
-                results[ask.job.id] = EstimatedStart(at=now)
-                # the team or user may have room for the next of its parked jobs too
-                unpark(("t", ask.job.team, gpu_class), dirty)
-                unpark(("u", ask.queue.name, ask.job.user), dirty)
-            if ghost_heap:
-                check_ghosts(gpu_class, head_order(gpu_class), now)
-        if ghost_dirty:  # ghosts back from a park list, maybe on a class no event touched
-            for gpu_class in sorted(ghost_dirty, key=lambda c: cost_order.get(c, len(cost_order))):
-                if gpu_class in heaps:
-                    check_ghosts(gpu_class, head_order(gpu_class), now)
-            ghost_dirty.clear()
-    for index, ask in enumerate(live):
-        if not done[index]:
-            results[ask.job.id] = EstimatedStart(at=None, why_unknown=NEVER_FOUND)
-    for ghost, ask in enumerate(ghosts):
-        if not ghost_done[ghost]:
-            probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=NEVER_FOUND)
-    return results, probe_results
 
 
 def _cost_order(state: State) -> list[str]:

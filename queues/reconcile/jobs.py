@@ -152,47 +152,71 @@ def _sync_terminating(
 def _sync_admitted(
     job: Job, pods: list[PodFacts], k8s: dict | None, *, now: datetime, report: CycleReport
 ) -> None:
+    """An admitted job follows its Job and pods: gone (deleted outside the portal), an image that
+    cannot be pulled (failed), every pod started (running), already finished, or stuck past the
+    start timeout (rolled back to the queue)."""
     if not job.k8s_job_name:
         return  # not created yet: cluster_apply creates it
     if k8s is None:
         _deleted_outside(job, pods, now=now, report=report)
         return
-    pulls = [p for p in pods if p.container.reason in IMAGE_PULL_FAILURES]
-    if pulls:
-        pod = pulls[0]
-        if job_transition(
-            job,
-            to=JobState.FAILED,
-            kind=EventKind.FAILED,
-            now=now,
-            message=f"image {job.image} could not be pulled: "
-            f"{pod.container.message or pod.container.reason}",
-            failure_reason=f"{pod.container.reason}: {pod.container.message}"[:300],
-            finished_at=now,
-            terminating=True,
-        ):
-            report.transitions["admitted→failed"] += 1
+    if _image_pull_failed(job, pods, now=now, report=report):
         return
     started = [p for p in pods if p.container.started_at is not None]
     if len(started) >= job.pods:
-        # The gang runs once all ranks do.
-        start = max(at for p in started if (at := p.container.started_at) is not None)
-        if job_transition(
-            job,
-            to=JobState.RUNNING,
-            kind=EventKind.STARTED,
-            now=now,
-            message=f"{job.pods} pod(s) running on {', '.join(sorted({p.node for p in started}))}",
-            started_at=start,
-            pending_reasons=[],
-            rollbacks=0,
-            not_before=None,
-        ):
-            report.transitions["admitted→running"] += 1
+        _gang_started(job, started, now=now, report=report)
         return
     if _finished(k8s):
         _sync_running(job, pods, k8s, now=now, report=report)
         return
+    stuck = _unschedulable_noted(job, pods)
+    if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
+        _roll_back(job, started=len(started), stuck=stuck, now=now, report=report)
+
+
+def _image_pull_failed(
+    job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport
+) -> bool:
+    """Fail the job when a pod's image cannot be pulled (it never will be by waiting)."""
+    pulls = [p for p in pods if p.container.reason in IMAGE_PULL_FAILURES]
+    if not pulls:
+        return False
+    pod = pulls[0]
+    if job_transition(
+        job,
+        to=JobState.FAILED,
+        kind=EventKind.FAILED,
+        now=now,
+        message=f"image {job.image} could not be pulled: "
+        f"{pod.container.message or pod.container.reason}",
+        failure_reason=f"{pod.container.reason}: {pod.container.message}"[:300],
+        finished_at=now,
+        terminating=True,
+    ):
+        report.transitions["admitted→failed"] += 1
+    return True
+
+
+def _gang_started(job: Job, started: list[PodFacts], *, now: datetime, report: CycleReport) -> None:
+    """Every pod runs: the job is running from when its last rank started."""
+    start = max(at for p in started if (at := p.container.started_at) is not None)
+    if job_transition(
+        job,
+        to=JobState.RUNNING,
+        kind=EventKind.STARTED,
+        now=now,
+        message=f"{job.pods} pod(s) running on {', '.join(sorted({p.node for p in started}))}",
+        started_at=start,
+        pending_reasons=[],
+        rollbacks=0,
+        not_before=None,
+    ):
+        report.transitions["admitted→running"] += 1
+
+
+def _unschedulable_noted(job: Job, pods: list[PodFacts]) -> str:
+    """Keep the cluster scheduler's own words as the job's reason while a pod cannot be
+    placed; returns them ("" when every pod is placed)."""
     stuck = next((p.unschedulable_message for p in pods if p.unschedulable_message), "")
     if stuck:
         reason = engine.PendingReason(
@@ -205,34 +229,36 @@ def _sync_admitted(
         Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
             pending_reasons=[reason.to_dict()]
         )
-    if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
-        rollbacks = job.rollbacks + 1
-        backoff = rollback_backoff(rollbacks)
-        # Marks the job rolled back; the requeue, once its pods are gone, holds it back from then.
-        not_before = now + backoff
-        message = (
-            f"only {len(started)} of {job.pods} pods started within "
-            f"{minutes_text(START_TIMEOUT)}"
-            + (f"; the scheduler said: {stuck}" if stuck else "")
-            + f"; back in the queue once its pods are gone, held back {minutes_text(backoff)}"
-        )
-        if job_transition(
-            job,
-            to=JobState.PREEMPTED,
-            kind=EventKind.ROLLED_BACK,
-            now=now,
-            message=message,
-            details={
-                "scheduler_message": stuck,
-                "started_pods": len(started),
-                "rollbacks": rollbacks,
-                "backoff_seconds": int(backoff.total_seconds()),
-            },
-            terminating=True,
-            rollbacks=rollbacks,
-            not_before=not_before,
-        ):
-            report.transitions["admitted→rolled back"] += 1
+    return stuck
+
+
+def _roll_back(job: Job, *, started: int, stuck: str, now: datetime, report: CycleReport) -> None:
+    """Back to the queue after the start timeout, held back for a back-off that doubles with
+    each roll-back in a row (the requeue, once its pods are gone, holds it back from then)."""
+    rollbacks = job.rollbacks + 1
+    backoff = rollback_backoff(rollbacks)
+    message = (
+        f"only {started} of {job.pods} pods started within {minutes_text(START_TIMEOUT)}"
+        + (f"; the scheduler said: {stuck}" if stuck else "")
+        + f"; back in the queue once its pods are gone, held back {minutes_text(backoff)}"
+    )
+    if job_transition(
+        job,
+        to=JobState.PREEMPTED,
+        kind=EventKind.ROLLED_BACK,
+        now=now,
+        message=message,
+        details={
+            "scheduler_message": stuck,
+            "started_pods": started,
+            "rollbacks": rollbacks,
+            "backoff_seconds": int(backoff.total_seconds()),
+        },
+        terminating=True,
+        rollbacks=rollbacks,
+        not_before=now + backoff,
+    ):
+        report.transitions["admitted→rolled back"] += 1
 
 
 def _finished(k8s: dict | None) -> str:
