@@ -1,4 +1,4 @@
-"""Who may do what: the three roles of PRODUCT.md in one place.
+"""Who may do what: the three roles of docs/concepts.md in one place.
 
 - member: belongs to one or more teams (``Team.members``);
 - finance: in the ``finance`` group;

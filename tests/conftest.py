@@ -1,4 +1,4 @@
-"""Shared fixtures: the example policy applied, and the personas of PRODUCT.md.
+"""Shared fixtures: the example policy applied, and the personas of docs/concepts.md.
 
 Personas (after ``example_policy``): ``mia`` is a member of vision and nlp; ``sara`` of search
 only; ``outsider`` of no team; ``fiona`` is finance; ``ada`` is an admin.

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any
 
 from queues.admission.asks import Ask, shape_on, smaller_pod_hint
+from queues.admission.capability import resolve_capability
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     CapacityKind,
@@ -698,8 +699,6 @@ def _shortage_reason(
 
 def _alternative_capability_hint(state: State, ask: Ask, gpu_class: str) -> str:
     """A capability class this queue accepts whose matches have enough free capacity now."""
-    from queues.admission.capability import resolve_capability
-
     demand = ask.demand[gpu_class]
     allowed = [
         g.spec

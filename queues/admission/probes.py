@@ -1,9 +1,10 @@
 """Probes: hypothetical jobs whose estimated start the portal publishes.
 
-A queue's terms show its current expected wait "for the queue's default job: 1 GPU-equivalent,
-default runtime, cheapest allowed class" (PRODUCT.md). The glue adds one probe per queue and team
-that may use it to ``Snapshot.probes``; ``plan`` answers in ``Plan.probe_estimates`` without
-letting the probes change anything for real jobs (see ``engine`` and ``estimate``).
+A queue's terms show its current expected wait for the queue's default job: 1 GPU-equivalent,
+default runtime, cheapest allowed class (docs/concepts.md, "Queues"). The glue adds one probe
+per queue and team that may use it to ``Snapshot.probes``; ``plan`` answers in
+``Plan.probe_estimates`` without letting the probes change anything for real jobs (see
+``engine`` and ``estimate``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 
 class ReasonCode(StrEnum):
-    """Why a pending or admitted job is not running (PRODUCT.md, pending reasons)."""
+    """Why a pending or admitted job is not running (docs/concepts.md, "Why a job waits")."""
 
     NO_MATCHING_GPU_CLASS = "NoMatchingGpuClass"
     MIG_PROFILE_UNAVAILABLE = "MigProfileUnavailable"

@@ -62,7 +62,7 @@ class TopologyScope(StrEnum):
 
 
 class CapacityKind(StrEnum):
-    """What entitles a job to the GPUs it holds (see PRODUCT.md, quotas and borrowing)."""
+    """What entitles a job to the GPUs it holds (docs/concepts.md, "Borrowing")."""
 
     NOMINAL = "nominal"
     BORROWED = "borrowed"

@@ -6,23 +6,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
+from kubernetes.config.config_exception import ConfigException
 
 from portal.roles import is_admin
+from queues.cluster.adapter import Cluster, ClusterUnreachable, cluster_from_settings
 from queues.models import (
     Job,
     RateCard,
     RateCardWeight,
     UsageInterval,
 )
-
-if TYPE_CHECKING:
-    from queues.cluster.adapter import Cluster
-
-
 from queues.rates import cost_per_hour, rate
 
 
@@ -65,10 +62,6 @@ def job_pod_logs(job: Job, *, tail_lines: int = 50, cluster: Cluster | None = No
     if not job.k8s_job_name:
         return []
     if cluster is None:
-        from kubernetes.config.config_exception import ConfigException
-
-        from queues.cluster.adapter import ClusterUnreachable, cluster_from_settings
-
         try:
             connected = cluster_from_settings()
         except ConfigException as exc:
