@@ -273,8 +273,9 @@ def request_term_errors(
         )
     if ("node sizes", queue.pk) not in cache:
         cache["node sizes", queue.pk] = node_sizes(queue)
-    for field_name, message in pod_size_problems(request, cache["node sizes", queue.pk]):
-        refuse(field_name, message)
+    for field_name, messages in pod_size_problems(request, cache["node sizes", queue.pk]).items():
+        for message in messages:
+            refuse(field_name, message)
     return errors
 
 
@@ -293,13 +294,13 @@ def request_access_errors(
 
     key = (request.owner.pk, team.pk, queue.pk, capability_class.pk)
     if key not in cache:
-        cache[key] = _memberships(request)
-    member, team_allowed, class_allowed = cache[key]
-    if not member:
+        cache[key] = _access(request)
+    access: Access = cache[key]
+    if not access.member:
         refuse("team", f"you are not a member of team {team.name}")
-    if not queue.active or not team_allowed:
+    if not queue.active or not access.team_allowed:
         refuse("queue", f"team {team.name} may not submit to queue {queue.name}")
-    if not class_allowed:
+    if not access.class_allowed:
         allowed = ", ".join(queue.allowed_capability_classes.values_list("name", flat=True))
         refuse(
             "capability_class",
@@ -315,62 +316,73 @@ def request_access_errors(
     return errors
 
 
-def node_sizes(queue: Queue) -> list[tuple[int, int]]:
-    """The allocatable (CPU millicores, memory MiB) of the nodes of the queue's GPU classes, as
-    the cluster last reported them, each size once (0: the node did not say)."""
+@dataclass(frozen=True, slots=True)
+class NodeSize:
+    """What a node allocates to pods, as the cluster last reported it (0: it did not say)."""
+
+    cpu_millicores: int
+    memory_mib: int
+
+
+def node_sizes(queue: Queue) -> list[NodeSize]:
+    """The sizes of the nodes of the queue's GPU classes, each size once."""
     allowed = Queue.allowed_gpu_classes.through.objects.filter(queue_id=queue.pk)
-    return list(
-        Node.objects.filter(
+    return [
+        NodeSize(cpu, memory)
+        for cpu, memory in Node.objects.filter(
             Q(gpu_class_id__in=allowed.values("gpuclass_id")) | ~Exists(allowed),  # none: any
             gpu_class__isnull=False,
             gpu_class__active=True,
         )
         .values_list("cpu_millicores", "memory_mib")
         .distinct()
-    )
+    ]
 
 
-def pod_size_problems(request: JobRequest, sizes: list[tuple[int, int]]) -> list[tuple[str, str]]:
-    """(field, message) for a pod no node of the queue could hold. The engine plans GPUs; CPU
-    and memory only the cluster's scheduler places, and it would leave such a pod unschedulable.
-    Nothing is refused while a node's size is unknown (no node mirrored yet, or one not saying)."""
-    if not sizes or any(not cpu or not memory for cpu, memory in sizes):
-        return []
+def pod_size_problems(request: JobRequest, sizes: list[NodeSize]) -> dict[str, list[str]]:
+    """What is wrong, by field, with a pod no node of the queue could hold. The engine plans
+    GPUs; CPU and memory only the cluster's scheduler places, and it would leave such a pod
+    unschedulable. Nothing is refused while a node's size is unknown (no node mirrored yet, or
+    one not saying)."""
+    if not sizes or any(not s.cpu_millicores or not s.memory_mib for s in sizes):
+        return {}
     cpu, memory = request.cpu_millicores_per_pod, request.memory_mib_per_pod
     queue = request.queue.name
-    problems = []
-    most_cpu = max(c for c, _ in sizes)
-    most_memory = max(m for _, m in sizes)
+    problems: dict[str, list[str]] = {}
+    most_cpu = max(s.cpu_millicores for s in sizes)
+    most_memory = max(s.memory_mib for s in sizes)
     if cpu > most_cpu:
-        problems.append(
-            (
-                "cpu_millicores_per_pod",
-                f"{cpu / 1000:g} CPU cores per pod is more than any node of queue {queue} can "
-                f"give a pod (the largest has {most_cpu / 1000:g} CPU cores allocatable)",
-            )
-        )
+        problems["cpu_millicores_per_pod"] = [
+            f"{cpu / 1000:g} CPU cores per pod is more than any node of queue {queue} can give a "
+            f"pod (the largest has {most_cpu / 1000:g} CPU cores allocatable)"
+        ]
     if memory > most_memory:
-        problems.append(
-            (
-                "memory_mib_per_pod",
-                f"{memory:,} MiB per pod is more than any node of queue {queue} can give a pod "
-                f"(the largest has {most_memory:,} MiB allocatable)",
-            )
-        )
-    if not problems and not any(pods_held(c, m, cpu, memory, 1) for c, m in sizes):
-        problems.append(
-            (
-                "cpu_millicores_per_pod",
-                f"no node of queue {queue} has both {cpu / 1000:g} CPU cores and {memory:,} MiB "
-                "allocatable for one pod: ask for less of one",
-            )
-        )
+        problems["memory_mib_per_pod"] = [
+            f"{memory:,} MiB per pod is more than any node of queue {queue} can give a pod "
+            f"(the largest has {most_memory:,} MiB allocatable)"
+        ]
+    if not problems and not any(
+        pods_held(s.cpu_millicores, s.memory_mib, cpu, memory, 1) for s in sizes
+    ):
+        problems["cpu_millicores_per_pod"] = [
+            f"no node of queue {queue} has both {cpu / 1000:g} CPU cores and {memory:,} MiB "
+            "allocatable for one pod: ask for less of one"
+        ]
     return problems
 
 
-def _memberships(request: JobRequest) -> tuple[bool, bool, bool]:
-    """Whether the owner is in the team, the team may use the queue and the queue allows the
-    capability class: three membership tests in one query (a submission's hot path)."""
+@dataclass(frozen=True, slots=True)
+class Access:
+    """Whether the owner is in the team, the team may use the queue, and the queue allows the
+    capability class."""
+
+    member: bool
+    team_allowed: bool
+    class_allowed: bool
+
+
+def _access(request: JobRequest) -> Access:
+    """The three membership tests of ``Access`` in one query (a submission's hot path)."""
     team, queue = request.team, request.queue
     row = (
         Team.objects.filter(pk=team.pk)
@@ -390,7 +402,7 @@ def _memberships(request: JobRequest) -> tuple[bool, bool, bool]:
         .values_list("member", "team_allowed", "class_allowed")
         .first()
     )
-    return row or (False, False, False)
+    return Access(*row) if row else Access(False, False, False)
 
 
 def image_allowed(image: str) -> bool:
