@@ -4,7 +4,6 @@ reports them."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from fractions import Fraction
 
 from queues.models import (
     Job,
@@ -38,26 +37,28 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
         started = [p for p in started if p.uid not in known]
     jobs = Job.objects.select_related("team", "gpu_class").in_bulk({p.job_id for p in started})
     replicas = dict(Node.objects.values_list("name", "time_slice_replicas"))
-    opened = [
-        UsageInterval(
-            job=jobs[p.job_id],
-            pod_uid=p.uid,
-            pod_name=p.name,
-            team=jobs[p.job_id].team,
-            cost_center=jobs[p.job_id].team.cost_center,
-            gpu_class=jobs[p.job_id].gpu_class,
-            node=p.node,
-            devices=sum(p.devices.values()),
-            share_numerator=share.numerator,
-            share_denominator=share.denominator,
-            started_at=started_at,
-            grace_seconds=p.grace_seconds,
+    opened = []
+    for p in started:
+        job = jobs.get(p.job_id)
+        if job is None or job.gpu_class is None or p.container.started_at is None:
+            continue
+        share = job.gpu_class.device_share(job.mig_profile, replicas.get(p.node, 1))
+        opened.append(
+            UsageInterval(
+                job=job,
+                pod_uid=p.uid,
+                pod_name=p.name,
+                team=job.team,
+                cost_center=job.team.cost_center,
+                gpu_class=job.gpu_class,
+                node=p.node,
+                devices=sum(p.devices.values()),
+                share_numerator=share.numerator,
+                share_denominator=share.denominator,
+                started_at=p.container.started_at,
+                grace_seconds=p.grace_seconds,
+            )
         )
-        for p in started
-        if (started_at := p.container.started_at) is not None
-        if p.job_id in jobs and jobs[p.job_id].gpu_class is not None
-        for share in [_share(jobs[p.job_id], replicas.get(p.node, 1))]
-    ]
     # Unique pod UIDs keep a crashed cycle's rerun from counting a pod twice.
     UsageInterval.objects.bulk_create(opened, ignore_conflicts=True)
     report.intervals_opened += len(opened)
@@ -86,9 +87,3 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
             ended_at=max(end, interval.started_at), end_estimated=estimated
         )
         report.intervals_closed += closed
-
-
-def _share(job: Job, replicas: int) -> Fraction:
-    if job.gpu_class is None:
-        return Fraction(1, replicas)
-    return job.gpu_class.device_share(job.mig_profile, replicas)
