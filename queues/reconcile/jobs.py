@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from portal.formatting import format_duration
 from queues import admission as engine
 from queues.cluster.pods import PodFacts, parse_time
 from queues.models import (
@@ -21,6 +22,11 @@ from queues.reconcile.view import ClusterView, CycleReport
 
 # An admitted job whose pods the cluster cannot all start within this long is rolled back to
 # pending (the scheduler's message is kept in its history).
+# The cluster reports start times to the second (a pod that started at :00.9 says :00), and a
+# pod's completion reaches the portal a cycle later: a job that ends within its runtime limit
+# must not be called timed out in between. The cluster enforces the limit itself (the Job's
+# deadline); the portal only steps in past this grace.
+RUNTIME_LIMIT_GRACE = timedelta(seconds=30)
 START_TIMEOUT = timedelta(minutes=5)
 
 
@@ -301,7 +307,7 @@ def _sync_running(
         bad = next((p for p in pods if p.container.exit_code not in (None, 0)), None)
         if cluster_reason == "DeadlineExceeded":
             reason = "TimedOut"
-            message = f"ran past its runtime limit of {job.runtime_limit}"
+            message = f"ran past its runtime limit of {format_duration(job.runtime_limit)}"
         elif bad is not None and bad.container.reason == "OOMKilled":
             reason = "OOMKilled"
             message = f"pod {bad.name} ran out of memory (exit code {bad.container.exit_code})"
@@ -323,7 +329,10 @@ def _sync_running(
         ):
             report.transitions[f"{before}→failed"] += 1
         return
-    overdue = job.started_at is not None and now > job.started_at + job.runtime_limit
+    overdue = (
+        job.started_at is not None
+        and now > job.started_at + job.runtime_limit + RUNTIME_LIMIT_GRACE
+    )
     if (
         job.state == JobState.RUNNING
         and overdue
@@ -332,7 +341,7 @@ def _sync_running(
             to=JobState.FAILED,
             kind=EventKind.FAILED,
             now=now,
-            message=f"ran past its runtime limit of {job.runtime_limit}",
+            message=f"ran past its runtime limit of {format_duration(job.runtime_limit)}",
             failure_reason="TimedOut",
             finished_at=now,
             terminating=True,

@@ -137,6 +137,29 @@ def test_a_job_that_runs_past_its_limit_fails_timed_out(sim_cluster, cycle, mia)
     assert UsageInterval.objects.get(job=job).ended_at is not None
 
 
+def test_a_job_that_runs_exactly_its_limit_succeeds(sim_cluster, cycle, mia):
+    # Start times come to the second: a pod that started at :00.7 reads :00, so the portal's
+    # clock passes "start + limit" before the pod's completion is seen. That is no time-out.
+    sim_cluster.advance(0.7)
+    job = submit(mia, seconds=600, runtime_limit=timedelta(minutes=10))
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    started = job.started_at
+
+    sim_cluster.advance((started + timedelta(minutes=10) - sim_cluster.now()).total_seconds() + 0.2)
+    cycle()  # past start + limit by the clock, the pod not finished yet
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    sim_cluster.advance(2)
+    cycle()
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.SUCCEEDED, "")
+
+
 def test_a_waiting_job_gets_its_reasons_and_position(cycle, mia):
     # vision may use 4 nominal + 4 borrowed A100s in training; 16 is over any quota it has.
     job = submit(mia, queue="interactive", capability="any-gpu", gpus_per_pod=1, pods=1)
