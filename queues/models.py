@@ -47,6 +47,10 @@ def gpu_amount_field(**kwargs: object) -> models.DecimalField:
     return models.DecimalField(max_digits=10, decimal_places=3, **kwargs)  # type: ignore[arg-type]
 
 
+# Kubernetes' default terminationGracePeriodSeconds: what pods get to stop unless a queue says.
+DEFAULT_TERMINATION_GRACE = timedelta(seconds=30)
+
+
 class PreemptionClass(models.TextChoices):
     NEVER = "never", "never preempted"
     GRACEFUL = "graceful", "graceful (with a grace period)"
@@ -295,6 +299,14 @@ class Queue(models.Model):
     @property
     def may_preempt(self) -> bool:
         return self.preemption_class != PreemptionClass.NEVER
+
+    @property
+    def termination_grace(self) -> timedelta:
+        """What a preempted or cancelled job's pods get to stop: a graceful queue's grace
+        period, otherwise Kubernetes' default termination grace."""
+        if self.preemption_class == PreemptionClass.GRACEFUL and self.grace_period:
+            return self.grace_period
+        return DEFAULT_TERMINATION_GRACE
 
 
 class Reservation(models.Model):

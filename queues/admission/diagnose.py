@@ -767,7 +767,8 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
         freed += devices
         if freed >= short:
             return (
-                f"{plural(short, 'more ' + UNIT_WORDS[ask.mode])} free up by "
+                f"{plural(short, 'more ' + UNIT_WORDS[ask.mode])} "
+                f"{'frees' if short == 1 else 'free'} up by "
                 f"{time_text(end)} "
                 "as running jobs reach their runtime limits"
             )

@@ -30,7 +30,7 @@ from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_tex
 from queues.admission.estimate import simulate
 from queues.admission.fit import Fit, Option, fit_class, hold
 from queues.admission.plan import Admission, EstimatedStart, PendingStatus, Plan, Preemption
-from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.reasons import PendingReason, ReasonCode, span_text
 from queues.admission.snapshot import CapacityKind, JobId, Snapshot
 from queues.admission.state import Alloc, Pool, State, place, pods_nodes
 
@@ -381,7 +381,7 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
             names = ", ".join(str(v.job_id) for v in victims)
             note = (
                 f"preempting job{'s' if len(victims) > 1 else ''} {names} "
-                f"(grace {int(grace.total_seconds() // 60)} min); "
+                f"(grace {span_text(grace)}); "
                 f"starts by {time_text(start)}"
             )
             first = outcome.reasons[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -50,6 +50,17 @@ class PendingReason:
             "details": dict(self.details),
             "hint": self.hint,
         }
+
+
+def span_text(span: timedelta) -> str:
+    """A grace or a wait as people say it: ``30 s``, ``5 min``, ``1 h 30 min``."""
+    seconds = int(span.total_seconds())
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    if not hours:
+        return f"{minutes} min"
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
 def time_text(when: datetime) -> str:

@@ -4,13 +4,14 @@ preempt, and create or delete the Kubernetes Jobs."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
 
 from portal.tokens import job_token
 from queues import admission as engine
+from queues.admission.reasons import span_text
 from queues.cluster.adapter import Cluster, ClusterRejected
 from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
 from queues.models import (
@@ -20,7 +21,6 @@ from queues.models import (
     Job,
     JobEvent,
     JobState,
-    PreemptionClass,
     Queue,
     QueueEstimate,
     Team,
@@ -120,8 +120,8 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
             to=JobState.PREEMPTED,
             kind=EventKind.PREEMPTED,
             now=now,
-            message=f"{preemption.reason}; {int(preemption.grace_period.total_seconds())} s to "
-            f"wind down, about {int(preemption.lost_work.total_seconds() // 60)} min of work lost "
+            message=f"{preemption.reason}; its pods get {span_text(preemption.grace_period)} to "
+            f"stop, about {int(preemption.lost_work.total_seconds() // 60)} min of work lost "
             "since its last checkpoint",
             details=preemption.to_dict(),
             terminating=True,
@@ -203,9 +203,6 @@ def cluster_apply(
 
 
 def launch_spec(job: Job) -> LaunchSpec:
-    grace = (
-        job.queue.grace_period if job.queue.preemption_class == PreemptionClass.GRACEFUL else None
-    )
     return LaunchSpec(
         job_id=job.pk,
         namespace=job.team.namespace,
@@ -221,7 +218,7 @@ def launch_spec(job: Job) -> LaunchSpec:
         cpu_millicores=job.cpu_millicores_per_pod,
         memory_mib=job.memory_mib_per_pod,
         runtime_limit=job.runtime_limit,
-        grace_period=grace or timedelta(seconds=30),
+        grace_period=job.queue.termination_grace,
         job_token=job_token(job.pk),
         api_url=settings.PORTAL_URL,
         extra_pod_annotations=_sim_annotations(job),

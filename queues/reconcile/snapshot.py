@@ -192,7 +192,7 @@ def _queues(now: datetime) -> list[engine.Queue]:
             name=q.name,
             priority=q.priority,
             preemption=engine.PreemptionClass(q.preemption_class),
-            grace_period=q.grace_period or timedelta(0),
+            grace_period=q.termination_grace,
             sharing=engine.SharingMode(q.sharing_mode),
             gpu_classes=tuple(sorted(g.name for g in q.allowed_gpu_classes.all())),
             capability_classes=tuple(sorted(c.name for c in q.allowed_capability_classes.all())),

@@ -102,7 +102,7 @@ def test_a_member_logs_in_and_browses_the_queues_open_to_her_teams(
         expect(page.locator(f"#queue-{name}")).to_be_visible()
     expect(page.locator("#queue-inference")).to_have_count(0)  # search and speech only
     batch = page.locator("#queue-batch")
-    expect(batch).to_contain_text("preemptible without notice")
+    expect(batch).to_contain_text("preemptible: its pods get 30s to stop")
     expect(batch).to_contain_text("required every 30m")
     screenshot("catalog")
 

@@ -91,7 +91,7 @@ def test_mig_profile_unavailable_counts_free_slices() -> None:
     assert reason.details["requested_gpu_eq"] == 0.1429
     assert (
         reason.hint
-        == "1 more slice free up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
+        == "1 more slice frees up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
     )
 
 
@@ -168,7 +168,7 @@ def test_insufficient_capacity_counts_gpus_used_outside_the_portal() -> None:
     assert reason.details["capacity_gpu_eq"] == 4
     assert (
         reason.hint
-        == "1 more GPU free up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
+        == "1 more GPU frees up by 2025-03-03 15:00 UTC as running jobs reach their runtime limits"
     )
     assert result.status(10).estimated_start.at == NOW + timedelta(hours=3)  # type: ignore[union-attr]
 

@@ -37,7 +37,7 @@ class TestCatalogPage:
         for term in (
             "target 2h",
             "default 12h, at most 3d",
-            "preemptible without notice",
+            "preemptible: its pods get 30s to stop",
             "exclusive GPUs",
             "required every 30m",
             "up to 8 GPUs",
@@ -47,7 +47,7 @@ class TestCatalogPage:
         ):
             assert term in batch, term
         training = html[html.index('id="queue-training"') :]
-        assert "graceful: 10m to wind down" in training
+        assert "graceful: its pods get 10m to stop" in training
         assert "a gang's pods all in the same network domain" in training
 
     def test_the_catalog_follows_the_database_not_a_template(self, mia):
