@@ -132,6 +132,16 @@ class GpuClass(models.Model):
             return self.mig_share(mig_profile)
         return Fraction(1, replicas)
 
+    def node_capacity(self, gpu_count: int, mig_layout: dict[str, int]) -> Fraction:
+        """GPU-equivalents a node of this class offers: its MIG slices' shares when it is cut
+        into slices, else its GPUs (each time-slice replica is 1/replicas of one)."""
+        if mig_layout:
+            return sum(
+                (n * self.mig_share(p) for p, n in mig_layout.items() if p in self.mig_profiles),
+                Fraction(0),
+            )
+        return Fraction(gpu_count)
+
 
 class CapabilityClass(models.Model):
     """What a job asks for instead of a SKU; resolves to the GPU classes that satisfy it."""

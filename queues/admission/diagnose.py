@@ -547,17 +547,17 @@ def _devices_text(ask: Ask, gpu_class: str, count: int) -> str:
     return f"{count} × {noun}" if ask.mode == MIG else f"{count} {noun}"
 
 
-def _untolerated(state: State, pool: Pool, local: int, tolerations: frozenset[str]) -> list[str]:
+def untolerated(state: State, pool: Pool, local: int, tolerations: frozenset[str]) -> list[str]:
     """The taints of a node, as written on it, that ``tolerations`` do not cover."""
     node = state.nodes[pool.nodes[local]]
     return [t for t in node.taints if "*" not in tolerations and taint_key(t) not in tolerations]
 
 
-def _taints_text(state: State, pool: Pool, locals_: list[int], tolerations: frozenset[str]) -> str:
+def taints_text(state: State, pool: Pool, locals_: list[int], tolerations: frozenset[str]) -> str:
     """``h100-perf: dedicated=perf:NoSchedule; h100-x: a:NoSchedule; and 2 more``."""
     shown = [
         f"{state.nodes[pool.nodes[local]].name}: "
-        + ", ".join(_untolerated(state, pool, local, tolerations))
+        + ", ".join(untolerated(state, pool, local, tolerations))
         for local in locals_[:3]
     ]
     if len(locals_) > 3:
@@ -573,7 +573,7 @@ def _taint_reason(
     queue = ask.queue.name
     needed = shape.pods * shape.devices
     tainted = view.tainted_free
-    listing = _taints_text(state, pool, view.tainted, shape.tolerations)
+    listing = taints_text(state, pool, view.tainted, shape.tolerations)
     if view.free == 0:
         verb = "is" if tainted == 1 else "are"
         message = (
@@ -600,7 +600,7 @@ def _taint_reason(
         "tainted_free_gpu_eq": eq_json(state, view.tainted_eq),
         "nodes": names,
         "taints": {
-            name: _untolerated(state, pool, local, shape.tolerations)
+            name: untolerated(state, pool, local, shape.tolerations)
             for name, local in zip(names, view.tainted, strict=True)
         },
     }
@@ -614,12 +614,10 @@ def _taint_reason(
     )
 
 
-def _tolerating_queue_hint(
-    state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView
-) -> str:
-    """Another queue of the team that takes this job and tolerates enough of the taints that its
-    free devices there, with those on open nodes, would cover the request."""
-    needed = ask.shapes[gpu_class].pods * ask.shapes[gpu_class].devices
+def other_queues_taking(state: State, ask: Ask, gpu_class: str) -> list[Queue]:
+    """The job's team's other queues that would take the same job on ``gpu_class``, in the
+    order they run (priority, then name)."""
+    found = []
     for queue in sorted(state.queues.values(), key=lambda q: (-q.priority, q.name)):
         if queue.name == ask.queue.name or queue.reservation_only:
             continue
@@ -633,6 +631,17 @@ def _tolerating_queue_hint(
             ask.mode == TIME_SLICED
         ):
             continue
+        found.append(queue)
+    return found
+
+
+def _tolerating_queue_hint(
+    state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView
+) -> str:
+    """Another queue of the team that takes this job and tolerates enough of the taints that its
+    free devices there, with those on open nodes, would cover the request."""
+    needed = ask.shapes[gpu_class].pods * ask.shapes[gpu_class].devices
+    for queue in other_queues_taking(state, ask, gpu_class):
         tolerations = frozenset(queue.tolerations)
         covered = [local for local in view.tainted if tolerates(pool, local, tolerations)]
         if covered and view.free + sum(pool.free[local] for local in covered) >= needed:
@@ -673,7 +682,7 @@ def _shortage_reason(
     if view.tainted:
         message += (
             f"; {view.tainted_free} more on nodes with taints queue {ask.queue.name} does not "
-            f"tolerate ({_taints_text(state, pool, view.tainted, shape.tolerations)})"
+            f"tolerate ({taints_text(state, pool, view.tainted, shape.tolerations)})"
         )
     details: dict[str, Any] = {
         "gpu_class": gpu_class,

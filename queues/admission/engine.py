@@ -20,7 +20,7 @@ distinct shape rather than one per job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -29,6 +29,7 @@ from queues.admission.asks import Ask, build_asks, build_probe_asks
 from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_text, time_text
 from queues.admission.estimate import simulate
 from queues.admission.fit import Fit, Option, fit_class, hold
+from queues.admission.never import never_fits
 from queues.admission.plan import Admission, EstimatedStart, PendingStatus, Plan, Preemption
 from queues.admission.reasons import PendingReason, ReasonCode, span_text
 from queues.admission.snapshot import CapacityKind, JobId, Snapshot
@@ -130,6 +131,11 @@ def _consider(run: Pass, ask: Ask) -> None:
     state = run.state
     if ask.static:
         run.outcomes.append(Outcome(ask, list(ask.static)))
+        return
+    never = never_fits(state, ask)
+    if never is not None:
+        # Waiting is pointless, and the job must hold nothing back for itself (no shadow).
+        run.outcomes.append(Outcome(ask, [never]))
         return
     user_cause = user_limit_cause(state, ask)
     if user_cause is None:
@@ -538,15 +544,18 @@ def _assemble(
         job_id = ask.job.id
         queue_jobs = waiting.get(ask.queue.name, [])
         position = positions.get(job_id, 1)
+        never = bool(outcome.reasons) and outcome.reasons[0].code is ReasonCode.NEVER_FITS
         if outcome.start is not None:
             estimate = EstimatedStart(at=outcome.start)
         elif ask.static and ask.held_until is None:
             estimate = EstimatedStart(at=None, why_unknown=ask.static[0].message)
+        elif never:
+            estimate = EstimatedStart(at=None, why_unknown=outcome.reasons[0].message)
         else:
             estimate = starts[job_id]
-        if not ask.static:  # past waits say nothing of a back-off's end or a job that can't run
+        if not ask.static and not never:  # past waits say nothing of a job that can't run yet
             estimate = _with_range(state, ask, estimate)
-        reasons = list(outcome.reasons)
+        reasons = _binding_class_first(list(outcome.reasons), estimate.gpu_class)
         priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)
         if outcome.would_admit:
             pass
@@ -578,6 +587,19 @@ def _assemble(
         pending=tuple(statuses),
         admitted_reasons=admitted,
         probe_estimates=probe_estimates,
+    )
+
+
+def _binding_class_first(
+    reasons: list[PendingReason], gpu_class: str | None
+) -> list[PendingReason]:
+    """The reasons about the class the job would start on first (the simulation says which
+    frees first), keeping their order; a reason about another class never comes first."""
+    if gpu_class is None:
+        return reasons
+    return sorted(
+        reasons,
+        key=lambda r: r.details.get("gpu_class") not in (None, gpu_class),
     )
 
 
@@ -632,9 +654,8 @@ def _with_range(state: State, ask: Ask, estimate: EstimatedStart) -> EstimatedSt
     p50 = waits[(len(waits) - 1) // 2]
     p90 = waits[min(len(waits) - 1, (len(waits) * 9) // 10)]
     submitted = ask.job.submitted_at
-    return EstimatedStart(
-        at=estimate.at,
-        why_unknown=estimate.why_unknown,
+    return replace(
+        estimate,
         range_low=max(state.now, submitted + p50),
         range_high=max(state.now, submitted + p90),
     )

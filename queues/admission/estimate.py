@@ -36,18 +36,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from queues.admission.asks import Ask
 from queues.admission.diagnose import entitlement
 from queues.admission.fit import fit_class, hold
+from queues.admission.never import never_fits
 from queues.admission.plan import EstimatedStart
 from queues.admission.snapshot import JobId
-from queues.admission.state import Alloc, Pool, Shape, State, place
+from queues.admission.state import Alloc, State
 
 END, RESERVATION_ON, RESERVATION_OFF, NODE_BACK, HELD_BACK_ENDS = 0, 1, 2, 3, 4
-ANY_TAINT = frozenset({"*"})
 
 ParkKey = tuple[str, str, str]
 
@@ -84,7 +83,6 @@ class _Simulation:
         self.state = state
         self.results: dict[JobId, EstimatedStart] = {}
         self.probe_results: dict[JobId, EstimatedStart] = {}
-        self.never: dict[tuple[object, ...], str] = {}
         # Real jobs: every ask that may start, its heap entries per class, and its park lists.
         self.live: list[Ask] = []
         self.held: list[int] = []
@@ -109,12 +107,9 @@ class _Simulation:
     # --- setting up ------------------------------------------------------------------------------
 
     def never_why(self, ask: Ask) -> str:
-        """Why ``ask`` can never start ("" if it may), remembered per kind of ask."""
-        why = self.never.get(ask.key)
-        if why is None:
-            why = _never_starts(self.state, ask)
-            self.never[ask.key] = why
-        return why or _never_for_user(self.state, ask)
+        """Why ``ask`` can never start ("" if it may)."""
+        reason = never_fits(self.state, ask)
+        return reason.message if reason else ""
 
     def enqueue(self, asks: Sequence[Ask]) -> None:
         """Put every real job that may start into the heaps of its classes (a job held back
@@ -289,7 +284,7 @@ class _Simulation:
             self.push(alloc.end, END, alloc)
             self.done[index] = True
             self.remaining -= 1
-            self.results[ask.job.id] = EstimatedStart(at=now)
+            self.results[ask.job.id] = EstimatedStart(at=now, gpu_class=gpu_class)
             # the team or user may have room for the next of its parked jobs too
             self.unpark(("t", ask.job.team, gpu_class), dirty)
             self.unpark(("u", ask.queue.name, ask.job.user), dirty)
@@ -353,91 +348,3 @@ def _user_blocked(state: State, ask: Ask) -> bool:
     return eq_cap is not None and state.user_eq.get(key, 0) + ask.min_demand > state.eq_units(
         eq_cap
     )
-
-
-def _never_for_user(state: State, ask: Ask) -> str:
-    queue = ask.queue
-    if queue.max_running_jobs_per_user == 0:
-        return f"queue {queue.name} allows no running jobs per user"
-    eq_cap = queue.max_gpu_eq_per_user
-    if eq_cap is not None and ask.min_demand > state.eq_units(eq_cap):
-        return f"the job needs more GPUs than queue {queue.name} allows one user"
-    return ""
-
-
-def _never_starts(state: State, ask: Ask) -> str:
-    """Why no amount of waiting starts ``ask`` (empty if some class can eventually take it):
-    no entitlement large enough, or no placement even on the empty healthy pool."""
-    why = ""
-    for gpu_class in ask.classes:
-        demand = ask.demand[gpu_class]
-        team = ask.job.team
-        entitled = any(
-            state.eq_units(state.reservations[rid].amount) >= demand
-            and ((end := state.reservations[rid].end) is None or end > state.now)
-            for rid in state.holder_reservations(team, ask.queue.name, gpu_class)
-        )
-        if not ask.queue.reservation_only:
-            key = (team, gpu_class)
-            total = state.nominal.get(key, 0)
-            if ask.queue.can_borrow:
-                total += state.borrow_limit.get(key, 0)
-            entitled = entitled or demand <= total
-        if not entitled:
-            why = (
-                why
-                or f"needs more {gpu_class} than team {team}'s quota and reservations ever allow"
-            )
-            continue
-        pool = state.pools.get((gpu_class, ask.mode, ask.profile))
-        if pool is None:
-            why = why or f"the cluster has no {gpu_class} nodes for this kind of request"
-            continue
-        shape = ask.shapes[gpu_class]
-        if not _fits_empty(state, pool, shape):
-            if pool.tainted and _fits_empty(state, pool, replace(shape, tolerations=ANY_TAINT)):
-                why = why or (
-                    f"fits only {gpu_class} nodes with taints queue {ask.queue.name} "
-                    "does not tolerate"
-                )
-            elif shape.pod_limits and _fits_empty(state, pool, shape.without_size_limits()):
-                why = why or (
-                    f"fits the {gpu_class} nodes only with less CPU or memory per pod "
-                    "(some are too small for its pods)"
-                )
-            elif (
-                pool.tainted
-                and shape.pod_limits
-                and _fits_empty(
-                    state, pool, replace(shape.without_size_limits(), tolerations=ANY_TAINT)
-                )
-            ):
-                why = why or (
-                    f"fits only {gpu_class} nodes with taints queue {ask.queue.name} does not "
-                    "tolerate, and only with less CPU or memory per pod"
-                )
-            else:
-                why = why or f"does not fit the {gpu_class} nodes even when they are empty"
-            continue
-        return ""
-    return why or "no GPU class can ever take it"
-
-
-def _fits_empty(state: State, pool: Pool, shape: Shape) -> bool:
-    """Whether ``shape`` fits ``pool`` once every job has ended and maintenance is over."""
-    key = ("fits-empty", id(pool), shape)
-    known = state.memo.get(key)
-    if known is None:
-        eventual = [
-            pool.eligible[local] or _returns(state, pool.nodes[local])
-            for local in range(len(pool.nodes))
-        ]
-        view = [cap if ok else 0 for cap, ok in zip(pool.cap, eventual, strict=True)]
-        known = place(pool, shape, view, eligible=eventual) is not None
-        state.memo[key] = known
-    return bool(known)
-
-
-def _returns(state: State, index: int) -> bool:
-    node = state.nodes[index]
-    return node.healthy and node.maintenance_until is not None

@@ -95,6 +95,7 @@ class EstimatedStart:
     why_unknown: str = ""
     range_low: datetime | None = None
     range_high: datetime | None = None
+    gpu_class: str | None = None  # the class the simulation starts it on, when it does
 
     def to_dict(self) -> dict[str, Any]:
         return {

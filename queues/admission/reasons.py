@@ -31,6 +31,7 @@ class ReasonCode(StrEnum):
     RESERVATION_WINDOW = "ReservationWindow"
     CLUSTER_UNSCHEDULABLE = "ClusterUnschedulable"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"
+    NEVER_FITS = "NeverFits"
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,17 +143,7 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
         if not healthy or maintenance:
             continue
         gpu_class = classes[class_id]
-        if mig_layout:
-            capacity = sum(
-                (
-                    n * gpu_class.mig_share(p)
-                    for p, n in mig_layout.items()
-                    if p in gpu_class.mig_profiles
-                ),
-                Fraction(0),
-            )
-        else:
-            capacity = Fraction(gpu_count)
+        capacity = gpu_class.node_capacity(gpu_count, mig_layout)
         free[gpu_class.name] += capacity - Fraction(str(outside))
 
     holding = Job.objects.holding_gpus().filter(gpu_class__isnull=False).order_by()

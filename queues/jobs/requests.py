@@ -21,10 +21,20 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db.models import Exists, Q
+from django.utils import timezone
 
 from portal.formatting import display, format_duration
 from queues.admission.asks import pods_held
-from queues.models import CapabilityClass, Node, Queue, SharingMode, Team
+from queues.models import (
+    CapabilityClass,
+    GpuClass,
+    Node,
+    Queue,
+    Quota,
+    Reservation,
+    SharingMode,
+    Team,
+)
 from queues.rates import gpu_amount
 
 if TYPE_CHECKING:
@@ -271,6 +281,10 @@ def request_term_errors(
             "declared_gpu_memory_gb",
             "time-sliced GPUs share their memory: declare how much your job uses",
         )
+    if not errors:  # a request refused for other reasons is not also judged for ever
+        for field_name, messages in never_fits_problems(request, cache=cache).items():
+            for message in messages:
+                refuse(field_name, message)
     if ("node sizes", queue.pk) not in cache:
         cache["node sizes", queue.pk] = node_sizes(queue)
     for field_name, messages in pod_size_problems(request, cache["node sizes", queue.pk]).items():
@@ -314,6 +328,107 @@ def request_access_errors(
             f"{queue.get_sharing_mode_display()}",
         )
     return errors
+
+
+def never_fits_problems(
+    request: JobRequest, *, cache: dict[Any, Any] | None = None
+) -> dict[str, list[str]]:
+    """A request no state of the cluster could ever admit, refused at submit: on every GPU class
+    its capability class resolves to in its queue, it needs more than its team may ever hold
+    there (nominal quota plus the borrowing its queue allows, or its largest reservation), or
+    more than the cluster has of that class. This is the cheap part of the engine's
+    ``NeverFits`` (queues/admission/never.py), which also judges shapes, taints and node sizes
+    once a job waits; a class whose nodes the portal has not seen yet is given the benefit of
+    the doubt."""
+    cache = {} if cache is None else cache
+    queue, team = request.queue, request.team
+    key = ("classes", queue.pk, request.capability_class.pk)
+    if key not in cache:
+        allowed = list(queue.allowed_gpu_classes.filter(active=True)) or list(
+            GpuClass.objects.active()
+        )
+        matches = set(request.capability_class.resolve(allowed).matches)
+        cache[key] = [g for g in allowed if g.name in matches]
+    classes: list[GpuClass] = cache[key]
+    if not classes:
+        return {}  # the engine says NoMatchingGpuClass, with each class's reason
+    if ("class nodes", key) not in cache:
+        cache["class nodes", key] = _class_nodes([g.pk for g in classes])
+    nodes = cache["class nodes", key]
+    problems = []
+    for gpu_class in classes:
+        held = nodes.get(gpu_class.pk, [])
+        replicas = max((r for _, _, r in held), default=1)
+        need = (
+            request.pods
+            * request.gpus_per_pod
+            * gpu_class.device_share(request.capability_class.mig_profile, replicas)
+        )
+        entitled_key = ("entitled", team.pk, queue.pk, gpu_class.pk)
+        if entitled_key not in cache:
+            cache[entitled_key] = _most_entitled(request, gpu_class)
+        most, terms = cache[entitled_key]
+        if need > most:
+            problems.append(f"{gpu_class.name}: team {team.name} may hold at most {terms}")
+            continue
+        have = sum((gpu_class.node_capacity(n, layout) for n, layout, _ in held), Fraction(0))
+        if held and need > have:
+            problems.append(f"{gpu_class.name}: the cluster has {_fraction_text(have)} in all")
+            continue
+        return {}
+    return {
+        "gpus_per_pod": [
+            f"{request.pods} pod(s) × {request.gpus_per_pod} = "
+            f"{_fraction_text(request.gpu_equivalents)} GPU-equivalents can never start in queue "
+            f"{queue.name}: " + "; ".join(problems)
+        ]
+    }
+
+
+def _most_entitled(request: JobRequest, gpu_class: GpuClass) -> tuple[Fraction, str]:
+    """The most GPU-equivalents of ``gpu_class`` the team could ever hold for this request, and
+    how that is made up."""
+    queue, team = request.queue, request.team
+    reserved = max(
+        (
+            Fraction(str(amount))
+            for amount in Reservation.objects.active()
+            .filter(team=team, gpu_class=gpu_class)
+            .filter(Q(queue__isnull=True) | Q(queue=queue))
+            .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=timezone.now()))
+            .values_list("amount", flat=True)
+        ),
+        default=Fraction(0),
+    )
+    reservation = f"; its largest reservation holds {_fraction_text(reserved)}" if reserved else ""
+    if queue.reservation_only:
+        only = f"its reservations; queue {queue.name} runs only on them"
+        return (
+            reserved,
+            f"{_fraction_text(reserved)} ({only})",
+        )
+    quota = Quota.objects.filter(team=team, gpu_class=gpu_class).first()
+    nominal = Fraction(str(quota.nominal)) if quota else Fraction(0)
+    borrowing = Fraction(str(quota.borrowing_limit)) if quota else Fraction(0)
+    if queue.may_borrow and queue.may_preempt:
+        total = nominal + borrowing
+        terms = f"nominal {_fraction_text(nominal)} + borrowing {_fraction_text(borrowing)}"
+    else:
+        total = nominal
+        terms = f"nominal {_fraction_text(nominal)}; queue {queue.name} may not borrow"
+    most = max(total, reserved)
+    return most, f"{_fraction_text(most)} ({terms}{reservation})"
+
+
+def _class_nodes(class_ids: list[int]) -> dict[int, list[tuple[int, dict[str, int], int]]]:
+    """Per GPU class, each node's (GPUs, MIG layout, time-slice replicas), whatever its health:
+    a node in maintenance or broken comes back."""
+    nodes: dict[int, list[tuple[int, dict[str, int], int]]] = {}
+    for class_id, gpus, layout, replicas in Node.objects.filter(
+        gpu_class_id__in=class_ids
+    ).values_list("gpu_class_id", "gpu_count", "mig_layout", "time_slice_replicas"):
+        nodes.setdefault(class_id, []).append((gpus, layout or {}, replicas))
+    return nodes
 
 
 @dataclass(frozen=True, slots=True)

@@ -689,6 +689,26 @@ def test_a_lender_takes_no_more_from_a_team_than_it_borrows_but_for_one_whole_jo
 
 def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
     """``snapshot`` with the cause behind ``code`` removed for ``job``."""
+    if code is ReasonCode.NEVER_FITS:
+        # every way a job can never fit, removed at once: entitlement, user limits, taints and
+        # the size or shape of the nodes
+        opened = snapshot
+        for cause in (
+            ReasonCode.RESERVATION_WINDOW,
+            ReasonCode.QUOTA_EXCEEDED,
+            ReasonCode.USER_LIMIT,
+        ):
+            opened = what_if(opened, job, cause)
+        queues = tuple(
+            dataclasses.replace(q, tolerations=("*",)) if q.name == job.queue else q
+            for q in opened.queues
+        )
+        pending = tuple(
+            dataclasses.replace(p, cpu_millicores=0, memory_mib=0) if p.id == job.id else p
+            for p in opened.pending
+        )
+        opened = dataclasses.replace(opened, queues=queues, pending=pending)
+        return what_if(opened, job, ReasonCode.INSUFFICIENT_CAPACITY)
     if code is ReasonCode.CLUSTER_UNREACHABLE:
         return dataclasses.replace(snapshot, cluster_unreachable_since=None)
     if code is ReasonCode.CLUSTER_UNSCHEDULABLE:  # held back after roll-backs: the back-off ends

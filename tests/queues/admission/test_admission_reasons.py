@@ -42,6 +42,7 @@ def test_it_lists_exactly_the_product_codes() -> None:
         "ReservationWindow",
         "ClusterUnschedulable",
         "ClusterUnreachable",
+        "NeverFits",
     ]
 
 
@@ -400,7 +401,8 @@ def tainted_cluster(**overrides: object) -> dict[str, object]:
 
 def test_free_gpus_only_on_untolerated_nodes_name_the_taint_not_fragmentation() -> None:
     result = plan(snapshot(**tainted_cluster()))
-    taint, quota, capacity = reasons_of(result, 10)
+    # The A100s free first (job 1 ends): their reasons bind; the H100s never take it.
+    quota, capacity, taint = reasons_of(result, 10)
     assert taint.code is ReasonCode.INSUFFICIENT_CAPACITY
     assert taint.message == (
         "8 free h100-80gb GPUs are only on nodes with taints queue training does not tolerate "
@@ -431,7 +433,7 @@ def test_the_taint_hint_names_a_queue_of_the_team_that_tolerates_it() -> None:
         queue("closed", tolerations=("dedicated",), teams=("nlp",)),
     ]
     result = plan(snapshot(**tainted_cluster(queues=queues)))
-    taint = reasons_of(result, 10)[0]
+    taint = next(r for r in reasons_of(result, 10) if "taints" in r.message)
     assert taint.hint == "queue `perf` tolerates the taints on h100-perf"
 
     moved = plan(
@@ -466,25 +468,54 @@ def test_fragmentation_is_claimed_only_over_nodes_the_queue_tolerates() -> None:
 def test_a_shortage_the_tainted_nodes_do_not_cover_stays_a_plain_shortage() -> None:
     result = plan(
         snapshot(
+            nodes=[node("n1", gpus=4), node("h100-perf", gpus=1, taints=PERF)],
+            teams=[team("vision", {H100: 16})],
+            running=[running(1, "vision", "n1", 3)],
+            pending=[pending(10, "vision", gpus=4)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == (
+        "needs 4 h100-80gb GPUs; 1 free; 1 more on nodes with taints queue training does not "
+        "tolerate (h100-perf: dedicated=perf:NoSchedule)"
+    )
+    assert reason.details["free"] == 1
+    assert reason.details["tainted_free"] == 1
+    assert reason.details["tainted_nodes"] == ["h100-perf"]
+    assert reason.details["capacity_gpu_eq"] == 4  # the nodes the queue may use
+
+
+def test_a_pod_larger_than_any_node_never_fits_and_says_how_large_they_are() -> None:
+    result = plan(
+        snapshot(
             nodes=[node("n1", gpus=4), node("h100-perf", gpus=2, taints=PERF)],
             teams=[team("vision", {H100: 16})],
             running=[running(1, "vision", "n1", 2)],
             pending=[pending(10, "vision", gpus=8)],
         )
     )
-    [reason] = reasons_of(result, 10)
-    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    status = result.status(10)
+    assert status is not None
+    [reason] = status.reasons
+    assert reason.code is ReasonCode.NEVER_FITS
     assert reason.message == (
-        "needs 8 h100-80gb GPUs; 2 free; 2 more on nodes with taints queue training does not "
-        "tolerate (h100-perf: dedicated=perf:NoSchedule)"
+        "can never start: h100-80gb: 1 pod × 8 GPUs do not fit its 2 nodes even when they are "
+        "empty (at most 4 GPUs a node)"
     )
-    assert reason.details["free"] == 2
-    assert reason.details["tainted_free"] == 2
-    assert reason.details["tainted_nodes"] == ["h100-perf"]
-    assert reason.details["capacity_gpu_eq"] == 4  # the nodes the queue may use
-    assert result.status(10).estimated_start.why_unknown == (  # type: ignore[union-attr]
-        "does not fit the h100-80gb nodes even when they are empty"
+    assert reason.details == {
+        "gpu_classes": {
+            H100: "1 pod × 8 GPUs do not fit its 2 nodes even when they are empty "
+            "(at most 4 GPUs a node)"
+        },
+        "requested": {H100: 8},
+    }
+    assert reason.hint == (
+        "ask for a shape the nodes can hold: fewer GPUs per pod, or less CPU or memory"
     )
+    assert status.estimated_start.at is None
+    assert status.estimated_start.why_unknown == reason.message
+    assert status.estimated_start.range_low is None  # no "range from recent waits"
 
 
 def test_a_job_that_fits_only_tainted_nodes_says_so_as_why_its_start_is_unknown() -> None:
@@ -498,14 +529,14 @@ def test_a_job_that_fits_only_tainted_nodes_says_so_as_why_its_start_is_unknown(
     )
     status = result.status(10)
     assert status is not None
-    # the 6 tainted GPUs would cover the 4 missing: the taint binds
+    # one pod of 8 fits only the tainted node: it never starts in this queue
+    assert status.binding.code is ReasonCode.NEVER_FITS
     assert status.binding.message == (
-        "6 of the 10 free h100-80gb GPUs are on nodes with taints queue training does not "
-        "tolerate (h100-perf: dedicated=perf:NoSchedule); needs 8, 4 free on the others"
+        "can never start: h100-80gb: 1 pod × 8 GPUs fit only with nodes that carry taints queue "
+        "training does not tolerate (h100-perf: dedicated=perf:NoSchedule); the other node holds "
+        "at most 4 GPUs"
     )
-    assert status.estimated_start.why_unknown == (
-        "fits only h100-80gb nodes with taints queue training does not tolerate"
-    )
+    assert status.estimated_start.why_unknown == status.binding.message
 
 
 def test_capacity_details_count_only_the_pool_the_request_can_use() -> None:
@@ -567,14 +598,14 @@ def test_mig_slices_on_untolerated_nodes_are_named_in_slices() -> None:
             pending=[pending(10, "vision", "mig", "mig-1g", gpus=2)],
         )
     )
+    # Its only node carries a taint the queue does not tolerate: it can never start there.
     [reason] = reasons_of(result, 10)
-    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.code is ReasonCode.NEVER_FITS
     assert reason.message == (
-        "7 free 1g.10gb slices of h100-80gb are only on nodes with taints queue mig does not "
-        "tolerate (m1: dedicated=perf:NoSchedule); needs 2"
+        "can never start: h100-80gb: 1 pod × 2 slices fit only with nodes that carry taints "
+        "queue mig does not tolerate (m1: dedicated=perf:NoSchedule); no other node"
     )
-    assert (reason.details["unit"], reason.details["profile"]) == ("slice", "1g.10gb")
-    assert reason.details["tainted_free_gpu_eq"] == 1
+    assert reason.details["requested"] == {H100: 0.2857}
 
 
 def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> None:
@@ -708,22 +739,18 @@ def test_a_pod_skips_the_nodes_of_its_class_too_small_for_it() -> None:
     gang = pending(11, "vision", gpus=8, pods=2, cpu_millicores=32_000, memory_mib=4096)
     result = plan(snapshot(nodes=nodes, teams=teams, pending=[gang]))
     [reason] = reasons_of(result, 11)
-    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.code is ReasonCode.NEVER_FITS
     assert reason.message == (
-        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; the "
-        "free h100-80gb GPUs are on nodes without the CPU or memory for that (h-small holds none)"
+        "can never start: h100-80gb: 2 pods × 8 GPUs fit only with less CPU or memory per pod: "
+        "1 of its 2 nodes cannot hold a pod of 32 CPU cores and 4,096 MiB"
     )
-    assert reason.details["too_small_nodes"] == ["h-small"]
     assert reason.hint == (
         "node h-small (h100-80gb) allocates 16 CPU cores and 1,945,600 MiB memory: "
         "ask for at most that per pod"
     )
     estimate = result.status(11).estimated_start  # type: ignore[union-attr]
     assert estimate.at is None
-    assert estimate.why_unknown == (
-        "fits the h100-80gb nodes only with less CPU or memory per pod "
-        "(some are too small for its pods)"
-    )
+    assert estimate.why_unknown == reason.message
 
 
 def test_a_gang_puts_no_more_pods_on_a_node_than_its_cpu_holds() -> None:
@@ -824,6 +851,7 @@ def test_a_job_that_fits_only_tainted_nodes_and_only_smaller_says_both() -> None
 
     estimate = result.status(10).estimated_start  # type: ignore[union-attr]
     assert estimate.why_unknown == (
-        "fits only h100-80gb nodes with taints queue training does not tolerate, "
-        "and only with less CPU or memory per pod"
+        "can never start: h100-80gb: 2 pods × 8 GPUs fit only with nodes that carry taints "
+        "queue training does not tolerate (h-big: gpu-test:NoSchedule), and only with less CPU "
+        "or memory per pod than 32 CPU cores and 4,096 MiB"
     )

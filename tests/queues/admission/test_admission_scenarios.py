@@ -407,7 +407,10 @@ def test_a_probe_that_can_never_start_says_why() -> None:
     )
     assert result.probe_estimate(1) == EstimatedStart(
         at=None,
-        why_unknown="needs more h100-80gb than team vision's quota and reservations ever allow",
+        why_unknown=(
+            "can never start: h100-80gb: needs 8; team vision may hold at most 4 "
+            "(nominal 4; queue training may not borrow)"
+        ),
     )
     assert result.probe_estimate(2) == EstimatedStart(
         at=None, why_unknown="capability class no-such-class does not exist"
@@ -484,3 +487,73 @@ def test_mig_and_time_sliced_probes_take_one_slice_or_replica() -> None:
     )
     assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=3))
     assert result.probe_estimate(2) == EstimatedStart(at=NOW)
+
+
+# ---------------------------------------------------------------------- jobs that never fit
+
+
+def test_a_gang_beyond_its_teams_quota_on_every_class_never_fits_with_the_numbers() -> None:
+    """The 4 × 8-GPU job of team nlp: nominal 8 + borrowing 16 allow 24 H100s, and it needs 32.
+    It says NeverFits, has no estimated start and no range from others' waits, and holds back
+    nothing for itself."""
+    queues = [queue("training", preemption="graceful", may_borrow=True, gpu_classes=("h100-80gb",))]
+    result = plan(
+        snapshot(
+            nodes=[node(f"h{i}") for i in range(6)],
+            queues=queues,
+            teams=[team("nlp", {"h100-80gb": (8, 16)}), team("vision", {"h100-80gb": 8})],
+            pending=[
+                pending(10, "nlp", gpus=8, pods=4, waited=timedelta(minutes=20)),
+                pending(11, "vision", gpus=8, waited=timedelta(minutes=5)),
+            ],
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    [reason] = status.reasons
+    assert reason.code is ReasonCode.NEVER_FITS
+    assert reason.message == (
+        "can never start: h100-80gb: needs 32; team nlp may hold at most 24 "
+        "(nominal 8 + borrowing 16)"
+    )
+    assert reason.details == {
+        "gpu_classes": {
+            "h100-80gb": "needs 32; team nlp may hold at most 24 (nominal 8 + borrowing 16)"
+        },
+        "requested": {"h100-80gb": 32},
+        "most_entitled": {"h100-80gb": 24},
+    }
+    assert (
+        reason.hint
+        == "ask for at most 24 GPU-equivalents (h100-80gb), or ask an admin for more quota"
+    )
+    assert (status.estimated_start.at, status.estimated_start.range_low) == (None, None)
+    assert status.estimated_start.why_unknown == reason.message
+    # the job behind it is not held back by a job that can never run
+    assert [a.job_id for a in result.admissions] == [11]
+
+
+def test_the_binding_reason_is_for_the_class_that_frees_first() -> None:
+    """Both classes are full; the A100s free in 3 h, the H100s in 1 h: the H100's reasons bind,
+    whatever the order the capability class lists them in."""
+    result = plan(
+        snapshot(
+            nodes=[node("a1", "a100-40gb", 4), node("h1", "h100-80gb", 4)],
+            teams=[team("vision", {"a100-40gb": 4, "h100-80gb": 4})],
+            running=[
+                running(1, "vision", "a1", 4, gpu_class="a100-40gb", runtime=timedelta(hours=4)),
+                running(2, "vision", "h1", 4, runtime=timedelta(hours=2)),
+            ],
+            pending=[pending(10, "vision", "training", "any-40gb", gpus=4)],
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    assert status.estimated_start.at == NOW + timedelta(hours=1)
+    assert status.binding.details["gpu_class"] == "h100-80gb"
+    assert [r.details.get("gpu_class") for r in status.reasons] == [
+        "h100-80gb",
+        "h100-80gb",
+        "a100-40gb",
+        "a100-40gb",
+    ]

@@ -45,13 +45,29 @@ def test_a_request_that_fits_starts_now_on_the_cheapest_class_with_its_cost(node
 
 
 def test_a_request_that_must_wait_says_why_and_what_would_start_it_sooner(nodes, mia):
-    preview = job_preview(request=request(mia, pods=2, gpus_per_pod=8), now=timezone.now())
+    # half of every node held by pods the portal did not create
+    Node.objects.update(gpus_used_outside=4, outside_devices={"gpu": 4})
+
+    preview = job_preview(request=request(mia, pods=1, gpus_per_pod=8), now=timezone.now())
 
     assert not preview.starts_now
     assert preview.binding is not None
     assert preview.binding.code.value in {"QuotaExceeded", "InsufficientCapacity", "Fragmentation"}
     assert preview.binding.message
     assert Job.objects.count() == 0
+
+
+def test_a_request_that_can_never_start_is_refused_with_the_numbers(nodes, mia):
+    # 16 GPUs; the cluster has 8 of each class the request resolves to
+    preview = job_preview(request=request(mia, pods=2, gpus_per_pod=8))
+
+    assert preview.errors == {
+        "gpus_per_pod": [
+            "2 pod(s) × 8 = 16 GPU-equivalents can never start in queue training: "
+            "a100-80gb: team vision may hold at most 8 (nominal 4 + borrowing 4); "
+            "h100-80gb: the cluster has 8 in all"
+        ]
+    }
 
 
 def test_an_invalid_request_returns_its_errors_only(nodes, mia):

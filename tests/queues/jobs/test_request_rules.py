@@ -179,6 +179,17 @@ BAD_REQUESTS = [
         },
     ),
     (
+        "more GPUs than the team may ever hold on any class",
+        {"queue": "training", "capability_class": "bf16-large", "pods": 4, "gpus_per_pod": 8},
+        {
+            "gpus_per_pod": [
+                "4 pod(s) × 8 = 32 GPU-equivalents can never start in queue training: "
+                "a100-80gb: team vision may hold at most 8 (nominal 4 + borrowing 4); "
+                "h100-80gb: team vision may hold at most 16 (nominal 8 + borrowing 8)"
+            ]
+        },
+    ),
+    (
         "a time-sliced GPU without declared memory",
         {"queue": "interactive", "runtime_limit": "1h"},
         {

@@ -169,8 +169,9 @@ def test_a_waiting_job_gets_its_reasons_and_position(cycle, mia):
 
     too_big.refresh_from_db()
     assert too_big.state == JobState.PENDING
-    assert too_big.pending_reasons[0]["code"] in {"QuotaExceeded", "UserLimit"}
-    assert too_big.pending_reasons[0]["message"]
+    assert [r["code"] for r in too_big.pending_reasons] == ["NeverFits"]
+    assert too_big.pending_reasons[0]["message"].startswith("can never start: ")
+    assert too_big.estimated_start is None
     assert too_big.position == 1
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
@@ -624,10 +625,15 @@ def test_a_gang_is_not_admitted_onto_a_node_too_small_for_its_pods(
 
     job.refresh_from_db()
     assert job.state == JobState.PENDING
-    reason = next(r for r in job.pending_reasons if r["code"] == "InsufficientCapacity")
-    assert reason["message"] == (
-        "needs 2 pods × 8 GPUs on nodes that allocate 32 CPU cores and 4,096 MiB per pod; the "
-        "free a100-80gb GPUs are on nodes without the CPU or memory for that (a100-b holds none)"
+    [reason] = job.pending_reasons
+    assert reason["code"] == "NeverFits"
+    assert (
+        "a100-80gb: 2 pods × 8 GPUs fit only with less CPU or memory per pod: 1 of its 2 "
+        in (reason["message"])
+    )
+    assert reason["hint"] == (
+        "node a100-b (a100-80gb) allocates 16 CPU cores and 524,288 MiB memory: "
+        "ask for at most that per pod"
     )
 
 
