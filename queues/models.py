@@ -451,8 +451,13 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def holding_gpus(self) -> JobQuerySet:
         """Jobs whose pods hold GPUs now: admitted or running, or ended with pods still
-        terminating. The catalog's free GPUs count these."""
-        return self.filter(Q(state__in=GPU_HOLDING_STATES) | Q(terminating=True))
+        terminating — except a preempted job whose GPUs its preemptor, admitted, already holds
+        (they are promised once; the preemptor's pods start when the victim's are gone). The
+        one rule the catalog's free GPUs and the engine's snapshot share."""
+        return self.filter(
+            Q(state__in=GPU_HOLDING_STATES)
+            | (Q(terminating=True) & ~Q(preempted_for__state__in=GPU_HOLDING_STATES))
+        )
 
 
 class CapacityKind(models.TextChoices):
@@ -492,6 +497,14 @@ class Job(models.Model):
         max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True
     )
     terminating = models.BooleanField(default=False)
+    preempted_for = models.ForeignKey(
+        "self",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="victims",
+        help_text="The job this one was preempted for, while its pods terminate.",
+    )
     gpu_class = models.ForeignKey(
         GpuClass, on_delete=models.PROTECT, related_name="jobs", null=True, blank=True
     )

@@ -218,6 +218,9 @@ class RunningJob:
     capacity: CapacityKind = CapacityKind.NOMINAL
     reservation_id: ReservationId | None = None
     unschedulable: str = ""
+    # Ended (cancelled, preempted, failed) with its pods still stopping: it holds its GPUs
+    # until they are gone (``started_at + runtime_limit`` bounds that) and cannot be preempted.
+    terminating: bool = False
 
     @property
     def gpu_eq(self) -> Fraction:

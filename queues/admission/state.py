@@ -393,7 +393,7 @@ class State:
             eq=self.eq_units(job.gpu_eq),
             end=max(self.now, start + job.runtime_limit),
             rank=(queue.priority if queue else 0, job.priority),
-            preemptible=preemption is not PreemptionClass.NEVER,
+            preemptible=preemption is not PreemptionClass.NEVER and not job.terminating,
             grace=queue.grace_period if queue else timedelta(0),
             lost_work=lost_work(job, self.now),
         )

@@ -92,6 +92,7 @@ def _requeue_fields(job: Job) -> dict[str, Any]:
         "admitted_at": None,
         "started_at": None,
         "terminating": False,
+        "preempted_for": None,
         "pending_reasons": [],
     }
 

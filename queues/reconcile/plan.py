@@ -125,6 +125,7 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
             "since its last checkpoint",
             details=preemption.to_dict(),
             terminating=True,
+            preempted_for_id=preemption.for_job,
         ):
             report.preempted.append(job.pk)
     plan_store_reasons(plan, now=now)
@@ -176,13 +177,18 @@ def queue_estimates_store(snapshot: engine.Snapshot, plan: engine.Plan, *, now: 
 def cluster_apply(
     cluster: Cluster, view: ClusterView, *, now: datetime, report: CycleReport
 ) -> None:
-    """Create the Jobs of admitted jobs, delete those of jobs that are ending."""
+    """Create the Jobs of admitted jobs, delete those of jobs that are ending. A job admitted by
+    preemption waits until its victims' pods are gone: their GPUs are its, but not free yet."""
     to_create = (
         Job.objects.filter(state=JobState.ADMITTED, k8s_job_name="")
         .select_related("team", "queue", "gpu_class")
         .order_by("id")
     )
+    waiting = _waiting_for_victims([job.pk for job in to_create])
     for job in to_create:
+        if job.pk in waiting:
+            _note_waiting_for_victims(job, waiting[job.pk])
+            continue
         manifest = job_manifest(launch_spec(job))
         try:
             cluster.ensure_namespace(job.team.namespace)
@@ -200,6 +206,32 @@ def cluster_apply(
     for job in ending:
         if job.pk in view.jobs:
             report.jobs_deleted += int(cluster.delete_job(job.team.namespace, job_name(job.pk)))
+
+
+def _waiting_for_victims(job_ids: list[int]) -> dict[int, list[Job]]:
+    """Of the admitted jobs ``job_ids``, those with a preempted job whose pods still stop."""
+    waiting: dict[int, list[Job]] = {}
+    for victim in Job.objects.filter(preempted_for_id__in=job_ids, terminating=True).select_related(
+        "queue"
+    ):
+        assert victim.preempted_for_id is not None
+        waiting.setdefault(victim.preempted_for_id, []).append(victim)
+    return waiting
+
+
+def _note_waiting_for_victims(job: Job, victims: list[Job]) -> None:
+    names = ", ".join(str(v.pk) for v in victims)
+    grace = max(v.queue.termination_grace for v in victims)
+    reason = engine.PendingReason(
+        engine.ReasonCode.INSUFFICIENT_CAPACITY,
+        f"admitted by preempting job{'s' if len(victims) > 1 else ''} {names}: waiting for "
+        f"their pods to stop (they get {span_text(grace)})",
+        {"preempted_jobs": [v.pk for v in victims], "grace_seconds": int(grace.total_seconds())},
+        "nothing to do: it starts as soon as they are gone",
+    )
+    Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+        pending_reasons=[reason.to_dict()]
+    )
 
 
 def launch_spec(job: Job) -> LaunchSpec:

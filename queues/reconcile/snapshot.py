@@ -17,6 +17,7 @@ from django.db.models import F, Prefetch
 from queues import admission as engine
 from queues.cluster.nodes import GPU_RESOURCE, MAINTENANCE_TAINT
 from queues.models import (
+    DEFAULT_TERMINATION_GRACE,
     GPU_HOLDING_STATES,
     CapabilityClass,
     EventKind,
@@ -94,7 +95,7 @@ def snapshot_build(
             .select_related("team", "queue", "gpu_class")
             .order_by("id")
         ),
-        running=tuple(_running(replicas_of)),
+        running=tuple(_running(replicas_of, now)),
         pending=tuple(
             engine.PendingJob(
                 id=job.pk,
@@ -258,15 +259,21 @@ def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> 
     ]
 
 
-def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
-    """The jobs holding GPUs, read as plain values: thousands of them, and building a model
-    instance per job and per related row was most of a cycle's snapshot."""
+def _running(replicas_of: dict[str, int], now: datetime) -> list[engine.RunningJob]:
+    """The jobs holding GPUs (``Job.objects.holding_gpus``: terminating ones too), read as plain
+    values: thousands of them, and building a model instance per job and per related row was
+    most of a cycle's snapshot. A terminating job holds its GPUs until its pods are gone, at
+    the latest its queue's termination grace from now."""
     classes = {g.pk: g for g in GpuClass.objects.all()}
+    graces = {q.name: q.termination_grace for q in Queue.objects.all()}
     shares: dict[tuple[int, str, int], Fraction] = {}
     rows = (
-        Job.objects.filter(state__in=GPU_HOLDING_STATES, gpu_class__isnull=False)
+        Job.objects.holding_gpus()
+        .filter(gpu_class__isnull=False)
+        .exclude(nodes=[])
         .order_by("id")
         .values_list(
+            "state",
             "pk",
             "team__name",
             f"owner__{get_user_model().USERNAME_FIELD}",
@@ -288,6 +295,7 @@ def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
     )
     running = []
     for (
+        state,
         pk,
         team,
         user,
@@ -320,6 +328,9 @@ def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
             ),
             "",
         )
+        terminating = state not in GPU_HOLDING_STATES
+        if terminating:
+            started_at, runtime_limit = now, graces.get(queue, DEFAULT_TERMINATION_GRACE)
         running.append(
             engine.RunningJob(
                 id=pk,
@@ -339,6 +350,7 @@ def _running(replicas_of: dict[str, int]) -> list[engine.RunningJob]:
                 capacity=engine.CapacityKind(capacity_kind or "nominal"),
                 reservation_id=reservation_id,
                 unschedulable=unschedulable,
+                terminating=terminating,
             )
         )
     return running

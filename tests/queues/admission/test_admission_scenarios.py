@@ -557,3 +557,35 @@ def test_the_binding_reason_is_for_the_class_that_frees_first() -> None:
         "a100-40gb",
         "a100-40gb",
     ]
+
+
+# ---------------------------------------------------------------------- terminating pods
+
+
+def test_gpus_held_by_terminating_pods_are_not_free_and_are_no_victims() -> None:
+    """A cancelled job's pods hold its 8 GPUs until they are gone (its grace, from now): a job
+    needing them waits that long, and nothing preempts pods that are already stopping."""
+    stopping = running(
+        1,
+        "vision",
+        "h1",
+        8,
+        queue="batch",
+        started=timedelta(0),
+        runtime=timedelta(minutes=10),
+        terminating=True,
+    )
+    result = plan(
+        snapshot(
+            nodes=[node("h1")],
+            teams=[team("vision", {"h100-80gb": 8}), team("nlp", {"h100-80gb": 8})],
+            running=[stopping],
+            pending=[pending(10, "nlp", gpus=8)],
+        )
+    )
+    assert result.admissions == ()
+    assert result.preemptions == ()
+    status = result.status(10)
+    assert status is not None
+    assert status.binding.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert status.estimated_start.at == NOW + timedelta(minutes=10)

@@ -842,3 +842,47 @@ def test_a_create_that_times_out_but_happened_is_not_made_twice(sim_cluster, mia
         j.metadata.name for j in sim_cluster.batch().list_namespaced_job(job.team.namespace).items
     ]
     assert names == [f"gpuportal-job-{job.pk}"]
+
+
+def test_a_cancelled_jobs_gpus_stay_held_until_its_pods_are_gone(
+    sim_cluster_factory, example_policy, mia
+):
+    """training gives pods 10 minutes to stop: a job needing the GPUs of a cancelled one is not
+    admitted onto them meanwhile, and is as soon as the pods are gone."""
+    from queues.jobs.services import job_cancel
+
+    sim = sim_cluster_factory(
+        nodes=small_cluster(gpu_group("h100", "NVIDIA-H100-80GB-HBM3", 8, ["h100-a"]))
+    )
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+
+    def cycle():
+        reconcile_cycle(cluster=adapter, now=sim.now())
+
+    try:
+        first = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=8, seconds=3600)
+        cycle()
+        sim.advance(30)
+        cycle()
+        first.refresh_from_db()
+        assert first.state == JobState.RUNNING
+        job_cancel(job=first, by=mia)
+        cycle()  # the Job is deleted; its pods get the queue's 10 minutes
+        second = submit(mia, team="nlp", queue="training", capability="bf16-large", gpus_per_pod=8)
+
+        cycle()
+        sim.advance(5 * 60)
+        cycle()
+
+        second.refresh_from_db()
+        assert second.state == JobState.PENDING
+        assert second.pending_reasons[0]["code"] == "InsufficientCapacity"
+        sim.advance(6 * 60)
+        cycle()  # the pods are gone: the GPUs are free
+        cycle()
+        second.refresh_from_db()
+        assert second.state in (JobState.ADMITTED, JobState.RUNNING)
+        first.refresh_from_db()
+        assert (first.state, first.terminating) == (JobState.CANCELLED, False)
+    finally:
+        adapter.close()
