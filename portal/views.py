@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from django.contrib.auth import views as auth_views
 from django.db import DatabaseError, connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.defaults import page_not_found
 
 
@@ -20,7 +24,19 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def home(request: HttpRequest) -> HttpResponse:
+    """Admins land on the admin side; everyone else on the queues."""
+    if request.user.is_authenticated and request.user.is_staff:
+        return redirect("operations:quotas")
     return redirect("queues:catalog")
+
+
+class LoginView(auth_views.LoginView):
+    """Admins land on the admin side after logging in; everyone else on the queues."""
+
+    def get_default_redirect_url(self) -> str:
+        if self.request.user.is_staff:
+            return reverse("operations:quotas")
+        return super().get_default_redirect_url()
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -28,3 +44,20 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": "Not found."}, status=404)
     return page_not_found(request, exception)
+
+
+def plotly_js(request: HttpRequest) -> FileResponse:
+    """plotly.js from the installed plotly package (never a CDN), cached for a year: its URL
+    carries the version (``?v=``), so an upgrade is a new URL."""
+    import plotly
+
+    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    response = FileResponse(path.open("rb"), content_type="text/javascript")
+    response["Cache-Control"] = "public, max-age=31536000, immutable"
+    return response
+
+
+def plotly_version() -> str:
+    import plotly
+
+    return str(plotly.__version__)

@@ -1,6 +1,17 @@
-"""Django admin for every domain model, usable as is by staff."""
+"""Django admin for raw inspection by staff.
 
-from django.contrib import admin
+Mirror and ledger rows (what the reconcile writes from the cluster: jobs and their events, usage
+intervals, nodes, leases, the cluster's status, queue estimates and stats) are read-only here: no
+add, no edit, no delete. Policy objects may be edited, but a save that leaves the policy invalid
+or over-committed (the checks of ``apply_policy``) is rolled back with the problems shown, and
+every change lands in the audit log (source ``admin``). The audit log itself is read-only.
+"""
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from queues.models import (
     CapabilityClass,
@@ -12,24 +23,86 @@ from queues.models import (
     Lease,
     Node,
     Queue,
+    QueueEstimate,
+    QueueStats,
     Quota,
+    QuotaRequest,
     RateCard,
     RateCardWeight,
     Reservation,
     Team,
     UsageInterval,
 )
+from queues.policy.apply import policy_problems
+
+
+class _PolicyRefused(Exception):
+    pass
+
+
+class PolicyAdmin(admin.ModelAdmin):
+    """A policy object's admin: the save (with its inlines and many-to-many) is rolled back
+    when it brings a problem ``apply_policy`` would refuse (over-committed capacity, an
+    invalid object), and the problems are shown with their numbers."""
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method != "POST":
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        before = {str(p) for p in policy_problems()}
+        try:
+            with transaction.atomic():
+                response = super().changeform_view(request, object_id, form_url, extra_context)
+                new = [str(p) for p in policy_problems() if str(p) not in before]
+                if new:
+                    raise _PolicyRefused("; ".join(new))
+        except _PolicyRefused as exc:
+            list(messages.get_messages(request))  # drop the "changed successfully" message
+            messages.error(request, f"Not saved, the policy would be refused: {exc}")
+            return HttpResponseRedirect(request.get_full_path())
+        return response
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """What the reconcile mirrors from the cluster or records as it happens: look, never touch."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(GpuClass)
-class GpuClassAdmin(admin.ModelAdmin):
+class GpuClassAdmin(PolicyAdmin):
     list_display = ["name", "product", "hbm_gb", "tier", "rdma", "active"]
     list_filter = ["active", "rdma", "tier"]
     search_fields = ["name", "product"]
 
 
 @admin.register(CapabilityClass)
-class CapabilityClassAdmin(admin.ModelAdmin):
+class CapabilityClassAdmin(PolicyAdmin):
     list_display = ["name", "min_hbm_gb", "mig_profile", "rdma", "min_tier", "active"]
     list_filter = ["active", "rdma"]
     search_fields = ["name", "description"]
@@ -41,7 +114,7 @@ class QuotaInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(PolicyAdmin):
     list_display = ["name", "namespace", "cost_center", "fair_share_weight", "active"]
     list_filter = ["active"]
     search_fields = ["name", "namespace", "cost_center"]
@@ -50,14 +123,14 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(PolicyAdmin):
     list_display = ["team", "gpu_class", "nominal", "borrowing_limit"]
     list_filter = ["gpu_class"]
     list_select_related = ["team", "gpu_class"]
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):
+class QueueAdmin(PolicyAdmin):
     list_display = [
         "name",
         "priority",
@@ -74,7 +147,7 @@ class QueueAdmin(admin.ModelAdmin):
 
 
 @admin.register(Reservation)
-class ReservationAdmin(admin.ModelAdmin):
+class ReservationAdmin(PolicyAdmin):
     list_display = [
         "name",
         "team",
@@ -90,7 +163,7 @@ class ReservationAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "gpu_class",
@@ -106,14 +179,13 @@ class NodeAdmin(admin.ModelAdmin):
     list_select_related = ["gpu_class"]
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(ReadOnlyInline):
     model = JobEvent
-    extra = 0
     readonly_fields = ["at", "kind", "message", "details"]
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "name",
@@ -128,18 +200,17 @@ class JobAdmin(admin.ModelAdmin):
     list_filter = ["state", "queue", "team"]
     search_fields = ["id", "name", "owner__username", "k8s_job_name"]
     list_select_related = ["owner", "team", "queue", "gpu_class"]
-    raw_id_fields = ["owner"]
     inlines = [JobEventInline]
     date_hierarchy = "submitted_at"
 
 
 @admin.register(FairShareSettings)
-class FairShareSettingsAdmin(admin.ModelAdmin):
+class FairShareSettingsAdmin(PolicyAdmin):
     list_display = ["usage_half_life"]
 
 
 @admin.register(UsageInterval)
-class UsageIntervalAdmin(admin.ModelAdmin):
+class UsageIntervalAdmin(ReadOnlyAdmin):
     list_display = [
         "pod_name",
         "job",
@@ -152,20 +223,15 @@ class UsageIntervalAdmin(admin.ModelAdmin):
     ]
     list_filter = ["team", "gpu_class", "end_estimated"]
     list_select_related = ["job", "team", "gpu_class"]
-    raw_id_fields = ["job"]
-
-    def has_change_permission(self, request, obj=None):
-        # What the cluster reported is never edited by hand; corrections are adjustments.
-        return False
 
 
 @admin.register(Lease)
-class LeaseAdmin(admin.ModelAdmin):
+class LeaseAdmin(ReadOnlyAdmin):
     list_display = ["name", "holder", "expires_at"]
 
 
 @admin.register(ClusterStatus)
-class ClusterStatusAdmin(admin.ModelAdmin):
+class ClusterStatusAdmin(ReadOnlyAdmin):
     list_display = ["reachable", "unreachable_since", "last_success_at", "unknown_jobs"]
 
 
@@ -173,26 +239,77 @@ class RateCardWeightInline(admin.TabularInline):
     model = RateCardWeight
     extra = 0
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A rate card is never rewritten once stored: bills already computed depend on it.
         return obj is None
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None
 
 
 @admin.register(RateCard)
-class RateCardAdmin(admin.ModelAdmin):
+class RateCardAdmin(PolicyAdmin):
     list_display = ["effective_from", "currency", "price_per_normalized_gpu_hour", "note"]
     inlines = [RateCardWeightInline]
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         if obj is not None:
             return ["effective_from", "currency", "price_per_normalized_gpu_hour", "note"]
         return []
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(ReadOnlyAdmin):
+    list_display = ["job", "at", "kind", "message"]
+    list_filter = ["kind"]
+    list_select_related = ["job"]
+
+
+@admin.register(QueueEstimate)
+class QueueEstimateAdmin(ReadOnlyAdmin):
+    list_display = ["queue", "team", "estimated_start", "computed_at"]
+    list_select_related = ["queue", "team"]
+
+
+@admin.register(QueueStats)
+class QueueStatsAdmin(ReadOnlyAdmin):
+    list_display = ["queue", "pending", "running", "computed_at"]
+    list_select_related = ["queue"]
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(ReadOnlyAdmin):
+    """Filed and decided on the portal's pages (the decision changes the quota through the
+    policy service); here only to look at."""
+
+    list_display = ["id", "team", "gpu_class", "nominal", "borrowing_limit", "status", "created_at"]
+    list_filter = ["status", "gpu_class"]
+    list_select_related = ["team", "gpu_class"]
+
+
+# The audit log is read-only everywhere: auditlog's own admin allows deletes through cascades;
+# here nobody adds, edits or deletes an entry.
+from auditlog.admin import LogEntryAdmin  # noqa: E402
+from auditlog.models import LogEntry  # noqa: E402
+
+
+class AuditLogEntryAdmin(LogEntryAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+if admin.site.is_registered(LogEntry):
+    admin.site.unregister(LogEntry)
+admin.site.register(LogEntry, AuditLogEntryAdmin)

@@ -390,6 +390,11 @@ class Node(models.Model):
     )
     maintenance_reason = models.CharField(max_length=300, blank=True)
     maintenance_until = models.DateTimeField(null=True, blank=True)
+    maintenance_deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="After this, work still running on the drained node is preempted.",
+    )
     gpus_used_outside = gpu_amount_field(default=Decimal(0))
     outside_devices = models.JSONField(
         default=dict,
@@ -596,6 +601,8 @@ class EventKind(models.TextChoices):
     REQUEUED = "requeued"
     ROLLED_BACK = "rolled back"
     CLUSTER_REFUSED = "cluster refused"
+    QUOTA_HELD = "held by quota"  # its binding reason turned QuotaExceeded (quota evidence)
+    QUOTA_RELEASED = "quota no longer binding"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -818,3 +825,58 @@ class RateCardWeight(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_class}: ×{self.weight}"
+
+
+# --- Quota requests: a member asks, an admin decides -------------------------------------------
+
+
+class QuotaRequestStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DECLINED = "declined"
+
+
+class QuotaRequest(models.Model):
+    """A member's request for more quota of one GPU class for one team, with the evidence the
+    portal had when it was filed; an admin approves (the quota changes through the policy
+    service) or declines with a reason. Never deleted: the request and its evidence stay."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="quota_requests")
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.PROTECT, related_name="quota_requests")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_requests"
+    )
+    nominal = gpu_amount_field(help_text="Requested nominal quota (GPU-equivalents).")
+    borrowing_limit = gpu_amount_field(help_text="Requested borrowing limit (GPU-equivalents).")
+    justification = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=16,
+        choices=QuotaRequestStatus.choices,
+        default=QuotaRequestStatus.PENDING,
+        db_index=True,
+    )
+    created_at = models.DateTimeField()
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="quota_decisions",
+        null=True,
+        blank=True,
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(nominal__gte=0), name="quota_request_nominal_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(borrowing_limit__gte=0), name="quota_request_borrowing_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"quota request {self.pk}: {self.team} · {self.gpu_class} ({self.status})"

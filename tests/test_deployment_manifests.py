@@ -32,7 +32,7 @@ def test_the_portal_may_not_touch_anything_it_does_not_need():
     }
 
     assert grants == {
-        ("", "nodes"): ["get", "list", "watch"],
+        ("", "nodes"): ["get", "list", "patch", "watch"],  # patch: drains
         ("", "pods"): ["delete", "get", "list", "watch"],
         ("", "pods/log"): ["get"],
         ("", "events"): ["list"],

@@ -7,10 +7,12 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django import template
-from django.utils.html import conditional_escape
+from django.urls import reverse
+from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from portal.formatting import format_duration
+from portal.views import plotly_version
 
 register = template.Library()
 
@@ -73,3 +75,10 @@ def roughly(value: timedelta | None) -> str:
         return "under a minute"
     step = 60 if seconds < 2 * 3600 else 15 * 60
     return "~" + format_duration(timedelta(seconds=round(seconds / step) * step))
+
+
+@register.simple_tag
+def plotly_script() -> SafeString:
+    """The script tag loading plotly.js from the installed package (see ``portal.views``); not
+    deferred: the charts' inline scripts call it as the page is read."""
+    return format_html('<script src="{}?v={}"></script>', reverse("plotly-js"), plotly_version())

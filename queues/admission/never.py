@@ -88,6 +88,9 @@ def _for_classes(state: State, ask: Ask) -> PendingReason | None:
     }
     if most:
         details["most_entitled"] = {c: eq_json(state, units) for c, units in most.items()}
+        if len(most) == len(why):  # only quota stands in the way: the class closest to enough
+            details["team"] = ask.job.team
+            details["quota_class"] = max(most, key=lambda c: (most[c], c))
     return PendingReason(ReasonCode.NEVER_FITS, message, details, _hint(state, ask, most, why))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -99,6 +99,8 @@ class QueueLive:
     pending: int
     running: int
     free: dict[str, Decimal]
+    # Allowed classes with GPUs out of service: (class, GPUs in maintenance, GPUs unhealthy).
+    out_of_service: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
@@ -171,8 +173,9 @@ def free_gpu_equivalents(now: datetime) -> dict[str, Decimal]:
 
 def queues_live(queues: list[Queue], user: User, *, now: datetime) -> dict[int, QueueLive]:
     """The live state of ``queues`` as ``user`` sees it (expected wait: the soonest of their
-    teams'), as of the last reconcile: three queries however many queues and jobs."""
+    teams'), as of the last reconcile: four queries however many queues and jobs."""
     ids = [q.pk for q in queues]
+    down = {c.gpu_class: c for c in capacity_by_state()}
     team_ids = set(Team.objects.filter(members=user).values_list("pk", flat=True))
     estimates: dict[int, list[tuple[datetime | None, str]]] = defaultdict(list)
     for queue_id, team_id, start, note in QueueEstimate.objects.filter(
@@ -196,8 +199,49 @@ def queues_live(queues: list[Queue], user: User, *, now: datetime) -> dict[int, 
             pending=st.pending if st else 0,
             running=st.running if st else 0,
             free={g.name: Decimal(free.get(g.name, "0")) for g in queue.allowed_gpu_classes.all()},
+            out_of_service=[
+                (g.name, down[g.name].maintenance, down[g.name].unhealthy)
+                for g in queue.allowed_gpu_classes.all()
+                if g.name in down and (down[g.name].maintenance or down[g.name].unhealthy)
+            ],
         )
     return live
+
+
+@dataclass(frozen=True)
+class CapacityByState:
+    """Physical GPUs of one class by the state of their node: in service, in maintenance
+    (cordoned or drained), unhealthy (unhealthy wins when a node is both)."""
+
+    gpu_class: str
+    in_service: int
+    maintenance: int
+    unhealthy: int
+
+    @property
+    def total(self) -> int:
+        return self.in_service + self.maintenance + self.unhealthy
+
+
+def capacity_by_state() -> list[CapacityByState]:
+    """Every GPU class's physical GPUs by node state, from the node mirror (one query)."""
+    counts: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"in service": 0, "maintenance": 0, "unhealthy": 0}
+    )
+    for name, gpus, healthy, maintenance in Node.objects.filter(
+        gpu_class__isnull=False
+    ).values_list("gpu_class__name", "gpu_count", "healthy", "maintenance"):
+        state = "unhealthy" if not healthy else "maintenance" if maintenance else "in service"
+        counts[name][state] += gpus
+    return [
+        CapacityByState(
+            gpu_class=name,
+            in_service=c["in service"],
+            maintenance=c["maintenance"],
+            unhealthy=c["unhealthy"],
+        )
+        for name, c in sorted(counts.items())
+    ]
 
 
 def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:

@@ -133,6 +133,11 @@ class Cluster:
     def list_nodes(self) -> Listing:
         return self._list(self.core.list_node)
 
+    def read_node(self, name: str) -> dict[str, Any]:
+        """One Node as JSON (``ClusterRejected`` 404 when there is none)."""
+        result: dict[str, Any] = self._call(self.core.read_node, name, raw=True)
+        return result
+
     def list_pods(self) -> Listing:
         """Every bound pod in the cluster: the portal's and others' (which still hold GPUs)."""
         return self._list(self.core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=")
@@ -215,6 +220,19 @@ class Cluster:
                 409, f"a Job named {manifest['metadata']['name']} exists and is not ours"
             )
         return False
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Patch a Node with a JSON merge patch (RFC 7386: maps merge, ``None`` removes a key,
+        lists such as ``spec.taints`` are replaced whole). Put ``metadata.resourceVersion`` in
+        the patch to make it conditional: a node changed meanwhile is a 409 ``ClusterRejected``."""
+        result: dict[str, Any] = self._call(
+            self.core.patch_node,
+            name,
+            patch,
+            raw=True,
+            _content_type="application/merge-patch+json",
+        )
+        return result
 
     def delete_job(self, namespace: str, name: str, *, grace_seconds: int | None = None) -> bool:
         """Delete the Job and, in the background, its pods; False if it was already gone."""

@@ -18,7 +18,8 @@ Conventions (see docs/cluster.md):
   label whose value is not one of ``ok``, ``healthy``, ``pass``, ``true``.
 * Maintenance: the portal's taint ``gpuportal.io/maintenance`` (``NoExecute`` = draining,
   otherwise cordoned) or a cordon (``spec.unschedulable``); the reason and expected end come from
-  the annotations ``gpuportal.io/maintenance-reason`` and ``gpuportal.io/maintenance-until``.
+  the annotations ``gpuportal.io/maintenance-reason`` and ``gpuportal.io/maintenance-until``;
+  after ``gpuportal.io/maintenance-deadline`` the portal preempts work still running there.
 * Allocatable CPU and memory, so a submission can be told when no node could hold its pods.
 """
 
@@ -40,6 +41,10 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 MAINTENANCE_TAINT = "gpuportal.io/maintenance"
 MAINTENANCE_REASON_ANNOTATION = "gpuportal.io/maintenance-reason"
 MAINTENANCE_UNTIL_ANNOTATION = "gpuportal.io/maintenance-until"
+MAINTENANCE_DEADLINE_ANNOTATION = "gpuportal.io/maintenance-deadline"
+MAINTENANCE_LABEL = "gpuportal.io/maintenance"
+# What Kubernetes adds to a cordoned node; the cordon is the node's maintenance state already.
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 HEALTHY_LABEL_VALUES = frozenset({"", "ok", "healthy", "pass", "true"})
 
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb)$")
@@ -78,6 +83,7 @@ class NodeFacts:
     maintenance: str = ""  # "", "cordoned" or "draining"
     maintenance_reason: str = ""
     maintenance_until: datetime | None = None
+    maintenance_deadline: datetime | None = None
     cpu_millicores: int = 0  # allocatable; 0 when the node does not say
     memory_mib: int = 0
 
@@ -169,6 +175,9 @@ def node_facts(node: Mapping[str, Any], conventions: Conventions = Conventions()
         if maintenance
         else "",
         maintenance_until=_timestamp(annotations.get(MAINTENANCE_UNTIL_ANNOTATION))
+        if maintenance
+        else None,
+        maintenance_deadline=_timestamp(annotations.get(MAINTENANCE_DEADLINE_ANNOTATION))
         if maintenance
         else None,
         cpu_millicores=millicores(allocatable.get("cpu", 0)),

@@ -11,10 +11,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Model, ProtectedError
+from django.db.models import F, Model, ProtectedError
 from django.utils import timezone
 
 from portal.formatting import display, format_datetime
+from queues.audit import AuditSource, audit_changed, audit_created
 from queues.models import (
     CapabilityClass,
     FairShareSettings,
@@ -27,7 +28,7 @@ from queues.models import (
     Reservation,
     Team,
 )
-from queues.policy.export import policy_current
+from queues.policy.export import dump_policy, policy_current
 from queues.policy.parse import (
     NAMED_SECTIONS,
     Policy,
@@ -55,6 +56,8 @@ class Change:
     action: str  # created | changed | reactivated | removed | deactivated | not in file
     fields: list[tuple[str, Any, Any]] = field(default_factory=list)
     note: str = ""
+    # Field → the portal edit (made after the file last wrote the object) this change reverts.
+    reverts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,7 +88,10 @@ class PolicyReport:
                 head += f" ({change.note})"
             lines.append(head)
             for name, old, new in change.fields:
-                lines.append(f"    {name}: {display(old)} → {display(new)}")
+                line = f"    {name}: {display(old)} → {display(new)}"
+                if name in change.reverts:
+                    line += f"  (reverts a portal edit: {change.reverts[name]})"
+                lines.append(line)
         if self.users_created:
             lines.append(
                 "users created without a usable password: " + ", ".join(self.users_created)
@@ -122,15 +128,20 @@ def policy_apply(*, text: str, dry_run: bool = False, prune: bool = False) -> Po
     with ``prune`` they are deleted, or deactivated when jobs, usage or reservations still
     reference them.
     """
-    current = policy_current()
-    wanted = parse_policy(load_policy_text(text), existing=current)
-    problems = _rate_card_rewrites(current, wanted)
-    problems += _overcommitments(policy_overlay(current, wanted, prune=prune), now=timezone.now())
-    if problems:
-        raise PolicyError(problems)
-
     report = PolicyReport(dry_run=dry_run)
+    started = timezone.now()
     with transaction.atomic():
+        # Read, check and write as one: two admins saving at once must not both pass the
+        # capacity check against the same old state.
+        _policy_lock()
+        current = policy_current()
+        wanted = parse_policy(load_policy_text(text), existing=current)
+        problems = _rate_card_rewrites(current, wanted)
+        problems += _overcommitments(
+            policy_overlay(current, wanted, prune=prune), now=timezone.now()
+        )
+        if problems:
+            raise PolicyError(problems)
         _write_policy(current, wanted, report)
         for section in reversed(NAMED_SECTIONS):
             if section not in wanted:
@@ -152,9 +163,55 @@ def policy_apply(*, text: str, dry_run: bool = False, prune: bool = False) -> Po
                             "rate_cards", key, "not in file", note="rate cards are never removed"
                         )
                     )
+        _note_reverted_portal_edits(report, before=started)
         if dry_run:
             transaction.set_rollback(True)
     return report
+
+
+def policy_edit(*, sections: Policy, dry_run: bool = False) -> PolicyReport:
+    """Change the objects in ``sections`` (normalized as ``policy_current`` returns them; only
+    the objects to change) exactly as a policy file naming them would: the same parsing, the
+    same refusals (``PolicyError`` with the numbers, nothing written), the same writer. The
+    portal's pages and the quota request approvals write policy only through here."""
+    return policy_apply(text=dump_policy(sections), dry_run=dry_run)
+
+
+def policy_remove(*, section: str, name: str) -> PolicyReport:
+    """Remove one named object as ``--prune`` would (deleted, or deactivated while referenced)."""
+    current = policy_current()
+    if name not in current.get(section, {}):
+        raise PolicyError([Problem(f"{section}[{name}]", None, "no such active object")])
+    remaining = {k: v for k, v in current[section].items() if k != name}
+    return policy_apply(text=dump_policy({section: remaining}), prune=True)
+
+
+def policy_problems() -> list[Problem]:
+    """What is wrong with the policy the database holds now (for writes that do not go through a
+    file, such as the Django admin's forms): the file's validation and the capacity check."""
+    current = policy_current()
+    try:
+        parse_policy(load_policy_text(dump_policy(current)))
+    except PolicyError as exc:
+        return exc.problems
+    return _overcommitments(policy_overlay(current, {}, prune=False), now=timezone.now())
+
+
+# Any number; the PostgreSQL advisory lock that policy writes take for their transaction.
+POLICY_LOCK = 0x6770_7501
+
+
+def _policy_lock() -> None:
+    """Serialize policy writes. PostgreSQL: a transaction-scoped advisory lock. SQLite allows one
+    writer at a time and an UPDATE takes the write lock as it starts (even matching no row), so
+    a second policy write waits here until the first has committed, then reads what it wrote."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [POLICY_LOCK])
+    else:
+        FairShareSettings.objects.filter(pk=0).update(usage_half_life=F("usage_half_life"))
 
 
 def _rate_card_rewrites(current: Policy, wanted: Policy) -> list[Problem]:
@@ -264,10 +321,11 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
             note=card["note"],
         )
         gpu_classes = _by_name(GpuClass, card["weights"])
-        RateCardWeight.objects.bulk_create(
+        weights = RateCardWeight.objects.bulk_create(
             RateCardWeight(rate_card=rate_card, gpu_class=gpu_classes[name], weight=weight)
             for name, weight in card["weights"].items()
         )
+        audit_created(weights)  # bulk_create fires no signals
         report.changes.append(Change("rate_cards", key, "created"))
 
 
@@ -353,7 +411,68 @@ def _prune(section: str, name: str) -> Change:
             obj.delete()
     except ProtectedError as exc:
         model.objects.filter(pk=obj.pk).update(active=False)  # type: ignore[attr-defined]
+        audit_changed(obj, {"active": (True, False)})  # update() fires no signals
         counts = Counter(o._meta.verbose_name for o in exc.protected_objects)
         refs = ", ".join(f"{n} {what}{'s' if n > 1 else ''}" for what, n in sorted(counts.items()))
         return Change(section, name, "deactivated", note=f"still referenced by {refs}")
     return Change(section, name, "removed")
+
+
+# --- Portal edits a file would revert ----------------------------------------------------------
+
+# Model field → the policy file's field, where they differ.
+_FILE_FIELDS = {
+    "min_job_priority": "job_priority.min",
+    "default_job_priority": "job_priority.default",
+    "max_job_priority": "job_priority.max",
+}
+
+
+def _note_reverted_portal_edits(report: PolicyReport, *, before: datetime) -> None:
+    """Name, for each field a change rewrites, the portal edit (page, Django admin or API) made
+    after a file last wrote that object, if any: the audit log tells which values came from
+    the portal. Only entries from ``before`` this apply began count (its own writes are in the
+    same transaction)."""
+    for change in report.changes:
+        if change.action != "changed" or change.section not in SECTION_MODELS:
+            continue
+        names = {name for name, _, _ in change.fields}
+        edits = _portal_edits(change.section, change.name, before=before)
+        change.reverts = {f: why for f, why in edits.items() if f in names}
+
+
+def _portal_edits(section: str, name: str, *, before: datetime) -> dict[str, str]:
+    from auditlog.models import LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    model = SECTION_MODELS[section]
+    obj = model.objects.filter(name=name).first()  # type: ignore[attr-defined]
+    if obj is None:
+        return {}
+    targets: list[tuple[Any, str]] = [(obj, "")]
+    if section == "teams":
+        targets += [
+            (q, f"quotas.{q.gpu_class.name}.")
+            for q in Quota.objects.filter(team=obj).select_related("gpu_class")
+        ]
+    entries: list[tuple[datetime, str, Any, str]] = []
+    for target, prefix in targets:
+        content_type = ContentType.objects.get_for_model(target)
+        for entry in LogEntry.objects.filter(
+            content_type=content_type, object_pk=str(target.pk), timestamp__lt=before
+        ).select_related("actor"):
+            source = (entry.additional_data or {}).get("source")
+            entries.append((entry.timestamp, source or "", entry, prefix))
+    file_times = [at for at, source, _, _ in entries if source == AuditSource.FILE]
+    last_file = max(file_times) if file_times else None
+    edits: dict[str, str] = {}
+    for at, source, entry, prefix in sorted(entries, key=lambda e: e[0]):
+        if source not in (AuditSource.PAGE, AuditSource.ADMIN, AuditSource.API):
+            continue
+        if last_file is not None and at <= last_file:
+            continue
+        who = entry.actor.get_username() if entry.actor is not None else "someone"
+        for field_name in entry.changes_dict:
+            path = prefix + _FILE_FIELDS.get(field_name, field_name)
+            edits[path] = f"{who} via {source}, {format_datetime(at)}"
+    return edits

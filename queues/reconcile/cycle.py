@@ -30,7 +30,7 @@ from queues.models import (
 )
 from queues.reconcile.jobs import jobs_sync
 from queues.reconcile.leases import lease_acquire, lease_release
-from queues.reconcile.nodes import nodes_sync
+from queues.reconcile.nodes import maintenance_preempt, nodes_sync
 from queues.reconcile.plan import (
     cluster_apply,
     plan_apply,
@@ -81,6 +81,7 @@ def reconcile_cycle(
         unknown = unknown_jobs(view)
         jobs_sync(view, now=now, report=report)
         usage_sync(view, now=now, report=report)
+        maintenance_preempt(now=now, report=report)
         snapshot = with_default_probes(snapshot_build(now=now))
         plan = engine.plan(snapshot)
         plan_apply(plan, now=now, report=report)

@@ -6,14 +6,20 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from portal.formatting import format_datetime
 from queues.cluster.nodes import NodeFacts
 from queues.cluster.pods import devices_held
 from queues.models import (
+    GPU_HOLDING_STATES,
+    EventKind,
     GpuClass,
+    Job,
+    JobState,
     Node,
 )
 from queues.rates import gpu_amount
-from queues.reconcile.view import ClusterView
+from queues.reconcile.jobs import job_transition
+from queues.reconcile.view import ClusterView, CycleReport
 
 
 def nodes_sync(view: ClusterView, *, now: datetime) -> None:
@@ -39,6 +45,7 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
         "maintenance",
         "maintenance_reason",
         "maintenance_until",
+        "maintenance_deadline",
         "gpus_used_outside",
         "outside_devices",
         "cpu_millicores",
@@ -63,6 +70,7 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
             "maintenance": facts.maintenance,
             "maintenance_reason": facts.maintenance_reason[:300],
             "maintenance_until": facts.maintenance_until,
+            "maintenance_deadline": facts.maintenance_deadline,
             "gpus_used_outside": _outside_gpu_eq(outside, facts, gpu_class),
             "outside_devices": outside,
             "cpu_millicores": facts.cpu_millicores,
@@ -98,3 +106,38 @@ def _outside_gpu_eq(
         if profile != "gpu" and gpu_class is not None and profile in gpu_class.mig_profiles:
             total += count * gpu_class.mig_share(profile)
     return gpu_amount(total)
+
+
+def maintenance_preempt(*, now: datetime, report: CycleReport) -> None:
+    """Work still running on a drained node whose deadline has passed is preempted the normal
+    way (terminating, then back to pending with an event); before the deadline it may finish."""
+    overdue: dict[str, tuple[str, datetime]] = {}
+    for name, reason, deadline in (
+        Node.objects.exclude(maintenance="")
+        .filter(maintenance_deadline__lte=now)
+        .values_list("name", "maintenance_reason", "maintenance_deadline")
+    ):
+        if deadline is not None:
+            overdue[name] = (reason, deadline)
+    if not overdue:
+        return
+    holding = Job.objects.filter(state__in=GPU_HOLDING_STATES, terminating=False).only(
+        "id", "state", "nodes"
+    )
+    for job in holding:
+        drained = sorted(set(job.nodes) & set(overdue))
+        if not drained:
+            continue
+        reason, deadline = overdue[drained[0]]
+        if job_transition(
+            job,
+            to=JobState.PREEMPTED,
+            kind=EventKind.PREEMPTED,
+            now=now,
+            message=f"node {', '.join(drained)} is drained for maintenance"
+            f"{f' ({reason})' if reason else ''} and its deadline "
+            f"{format_datetime(deadline)} has passed",
+            details={"maintenance_nodes": drained},
+            terminating=True,
+        ):
+            report.preempted.append(job.pk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -44,9 +45,13 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
         "queue_length",
     )
     changed = []
+    events: list[JobEvent] = []
     for job in current:
         status = statuses[job.pk]
         reasons = [r.to_dict() for r in status.reasons]
+        quota_event = _quota_event(job, job.pending_reasons, reasons, now=now)
+        if quota_event is not None:
+            events.append(quota_event)
         estimate = status.estimated_start
         note = estimate.why_unknown
         if estimate.range_low and estimate.range_high:
@@ -73,10 +78,62 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
         ["pending_reasons", "estimated_start", "estimated_start_note", "position", "queue_length"],
         batch_size=500,
     )
+    JobEvent.objects.bulk_create(events)
     for job_id, admitted_reasons in plan.admitted_reasons:
         Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
             pending_reasons=[r.to_dict() for r in admitted_reasons]
         )
+
+
+def _quota_event(
+    job: Job, before: list[dict[str, Any]], after: list[dict[str, Any]], *, now: datetime
+) -> JobEvent | None:
+    """A timeline entry when the binding reason turns ``QuotaExceeded`` or stops being it (while
+    the job still waits): how long a team's jobs waited on quota is evidence for a quota request.
+    """
+    was = _binding_quota(before)
+    becomes = _binding_quota(after)
+    if becomes is not None and (was is None or was["gpu_class"] != becomes["gpu_class"]):
+        return JobEvent(
+            job=job,
+            at=now,
+            kind=EventKind.QUOTA_HELD,
+            message=after[0].get("message", ""),
+            details={"gpu_class": becomes["gpu_class"], "requested": becomes.get("requested")},
+        )
+    if was is not None and becomes is None:
+        code = after[0].get("code", "") if after else ""
+        return JobEvent(
+            job=job, at=now, kind=EventKind.QUOTA_RELEASED, message=f"now waiting on {code}"
+        )
+    return None
+
+
+def quota_bound_classes(reasons: list[dict[str, Any]]) -> list[str]:
+    """The GPU classes whose quota holds a job back, by its stored reasons: ``QuotaExceeded``'s
+    class, or every class of a job that can never fit for want of quota (``NeverFits`` where no
+    class allows enough). Quota requests and the admin's grid count from this one rule."""
+    if not reasons:
+        return []
+    details = reasons[0].get("details") or {}
+    code = reasons[0].get("code")
+    if code == engine.ReasonCode.QUOTA_EXCEEDED:
+        return [details["gpu_class"]] if details.get("gpu_class") else []
+    most = details.get("most_entitled") or {}
+    if code == engine.ReasonCode.NEVER_FITS and most and len(most) == len(details["gpu_classes"]):
+        return sorted(most, key=lambda c: (-most[c], c))  # the quota closest to enough first
+    return []
+
+
+def _binding_quota(reasons: list[dict[str, Any]]) -> dict[str, Any] | None:
+    classes = quota_bound_classes(reasons)
+    if not classes:
+        return None
+    details = reasons[0].get("details") or {}
+    requested = details.get("requested")
+    if isinstance(requested, dict):
+        requested = requested.get(classes[0])
+    return {"gpu_class": classes[0], "requested": requested}
 
 
 def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None:

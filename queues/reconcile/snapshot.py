@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import F, Prefetch
 
 from queues import admission as engine
-from queues.cluster.nodes import GPU_RESOURCE, MAINTENANCE_TAINT
+from queues.cluster.nodes import GPU_RESOURCE, MAINTENANCE_TAINT, UNSCHEDULABLE_TAINT
 from queues.models import (
     DEFAULT_TERMINATION_GRACE,
     GPU_HOLDING_STATES,
@@ -145,7 +145,8 @@ def _node(node: Node, gpu_class: str) -> engine.Node:
             if t.get("value")
             else f"{t['key']}:{t['effect']}"
             for t in node.taints
-            if t.get("key") not in (GPU_RESOURCE, MAINTENANCE_TAINT)
+            # The cordon's own taints: the node's maintenance state says it, with the reason.
+            if t.get("key") not in (GPU_RESOURCE, MAINTENANCE_TAINT, UNSCHEDULABLE_TAINT)
             and t.get("effect") in ("NoSchedule", "NoExecute")
         )
     )

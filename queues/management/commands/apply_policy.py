@@ -5,6 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from queues.audit import AuditSource, audit_context
 from queues.policy.apply import policy_apply
 from queues.policy.parse import PolicyError
 
@@ -30,7 +31,8 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror}") from exc
         try:
-            report = policy_apply(text=text, dry_run=dry_run, prune=prune)
+            with audit_context(actor=None, source=AuditSource.FILE):
+                report = policy_apply(text=text, dry_run=dry_run, prune=prune)
         except PolicyError as exc:
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
             raise CommandError(

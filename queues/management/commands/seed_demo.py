@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 
 from portal.roles import FINANCE_GROUP
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit
-from queues.models import CapabilityClass, Job, Queue, Team
+from queues.models import CapabilityClass, GpuClass, Job, Queue, Team
+from queues.operations.services import quota_request_file
 
 # Demo logins for a local demo database only; `make demo` prints them.
 DEMO_PASSWORD = "demo-portal"
@@ -66,7 +69,7 @@ class Command(BaseCommand):
             f"Demo logins (password for all: {DEMO_PASSWORD}):\n"
             f"  member   {DEMO_MEMBER:<6} (teams: {teams})\n"
             "  finance  fiona\n"
-            "  admin    ada    (also /admin/)"
+            "  admin    ada    (lands on /manage/; the Django admin at /admin/)"
         )
 
     def submit_demo_jobs(self) -> None:
@@ -88,3 +91,13 @@ class Command(BaseCommand):
             )
             job_submit(request=request)
         self.stdout.write(f"submitted {len(DEMO_JOBS)} demo jobs")
+        # One quota request waiting for the admin (its evidence is what the portal knows now).
+        quota_request_file(
+            by=users.get(username=DEMO_MEMBER),
+            team=Team.objects.get(name="vision"),
+            gpu_class=GpuClass.objects.get(name="h100-80gb"),
+            nominal=Decimal(12),
+            borrowing_limit=Decimal(8),
+            justification="The ViT-H sweep needs 12 H100s at once for a week.",
+            now=timezone.now(),
+        )

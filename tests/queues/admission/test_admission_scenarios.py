@@ -522,6 +522,8 @@ def test_a_gang_beyond_its_teams_quota_on_every_class_never_fits_with_the_number
         },
         "requested": {"h100-80gb": 32},
         "most_entitled": {"h100-80gb": 24},
+        "team": "nlp",
+        "quota_class": "h100-80gb",
     }
     assert (
         reason.hint

@@ -1,0 +1,130 @@
+"""Quotas from the grid: the policy service's validation, with the numbers; the grid's numbers."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from queues.models import GpuClass, Job, JobState, Quota, Team
+from queues.operations.selectors import quota_grid
+from queues.operations.services import quota_update
+from queues.policy.parse import PolicyError
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def quota(team: str, gpu_class: str) -> tuple[Decimal, Decimal]:
+    q = Quota.objects.get(team__name=team, gpu_class__name=gpu_class)
+    return q.nominal, q.borrowing_limit
+
+
+def test_an_admin_raises_a_quota_in_the_grid(client, ada, h100_nodes):
+    client.force_login(ada)
+    response = client.post(
+        "/manage/quotas/vision/h100-80gb/", {"nominal": "12", "borrowing_limit": "4.5"}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == "/manage/quotas/"
+    assert quota("vision", "h100-80gb") == (Decimal("12.000"), Decimal("4.500"))
+
+
+def test_it_refuses_a_quota_over_the_class_capacity_with_the_numbers(client, ada, h100_nodes):
+    client.force_login(ada)
+    # 40 H100s; other teams hold 8 + 4, the conference reservation 8: vision may have 20 at most.
+    response = client.post(
+        "/manage/quotas/vision/h100-80gb/", {"nominal": "21", "borrowing_limit": "8"}
+    )
+    assert response.status_code == 422
+    assert response.context["problems"] == [
+        "gpu_classes[h100-80gb]: quotas (33) plus reservations (8 at 2027-01-11T08:00:00Z) "
+        "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)"
+    ]
+    assert (
+        "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)" in response.content.decode()
+    )
+    assert quota("vision", "h100-80gb") == (Decimal("8.000"), Decimal("8.000"))
+
+
+def test_the_largest_quota_that_fits_is_accepted(h100_nodes):
+    quota_update(
+        team="vision", gpu_class="h100-80gb", nominal=Decimal(20), borrowing_limit=Decimal(0)
+    )
+    assert quota("vision", "h100-80gb") == (Decimal("20.000"), Decimal("0.000"))
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"nominal": "-1", "borrowing_limit": "0"}, "nominal", "greater than or equal to 0"),
+        ({"nominal": "abc", "borrowing_limit": "0"}, "nominal", "Enter a number."),
+        ({"nominal": "1", "borrowing_limit": ""}, "borrowing_limit", "This field is required."),
+        ({"nominal": "1.0001", "borrowing_limit": "0"}, "nominal", "more than 3 decimal places"),
+    ],
+)
+def test_bad_input_names_the_field_and_stores_nothing(
+    client, ada, h100_nodes, data, field, message
+):
+    client.force_login(ada)
+    response = client.post("/manage/quotas/vision/h100-80gb/", data)
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert list(errors) == [field]
+    assert message in errors[field][0]
+    assert quota("vision", "h100-80gb") == (Decimal("8.000"), Decimal("8.000"))
+
+
+def test_unknown_team_or_class_is_404(client, ada, example_policy):
+    client.force_login(ada)
+    assert client.get("/manage/quotas/nobody/h100-80gb/").status_code == 404
+    assert client.post("/manage/quotas/vision/nothing/", {"nominal": "1"}).status_code == 404
+
+
+def test_the_service_refuses_unknown_names():
+    with pytest.raises(PolicyError) as refused:
+        quota_update(team="ghost", gpu_class="h100-80gb", nominal=Decimal(1), borrowing_limit=0)
+    assert str(refused.value) == "teams[ghost]: no such active team"
+
+
+def test_the_grid_shows_use_and_jobs_held_back(mia, h100_nodes):
+    vision = Team.objects.get(name="vision")
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    JobFactory(
+        owner=mia,
+        team=vision,
+        state=JobState.RUNNING,
+        gpu_class=h100,
+        pods=2,
+        gpus_per_pod=3,
+        capacity_kind="nominal",
+        nodes=["h100-01", "h100-02"],
+    )
+    held = JobFactory(owner=mia, team=vision, state=JobState.PENDING)
+    Job.objects.filter(pk=held.pk).update(
+        pending_reasons=[
+            {"code": "QuotaExceeded", "message": "…", "details": {"gpu_class": "h100-80gb"}},
+            {"code": "InsufficientCapacity", "message": "…", "details": {}},
+        ]
+    )
+    not_binding = JobFactory(owner=mia, team=vision, state=JobState.PENDING)
+    Job.objects.filter(pk=not_binding.pk).update(
+        pending_reasons=[
+            {"code": "Priority", "message": "…", "details": {}},
+            {"code": "QuotaExceeded", "message": "…", "details": {"gpu_class": "h100-80gb"}},
+        ]
+    )
+
+    grid = quota_grid()
+
+    row = next(r for r in grid.rows if r.team.name == "vision")
+    cell = next(c for c in row.cells if c.gpu_class.name == "h100-80gb")
+    assert (cell.nominal, cell.borrowing_limit, cell.in_use, cell.held_back) == (
+        Decimal("8.000"),
+        Decimal("8.000"),
+        Decimal("6.000"),
+        1,
+    )
+    assert grid.totals["h100-80gb"] == Decimal("20.000")
+    assert timezone.now()  # the grid reads stored rows only
