@@ -80,6 +80,7 @@ from simcluster.selectors import FieldSelector, LabelSelector, fields_match, lab
 from simcluster.store import Store
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+NOT_READY = "node.kubernetes.io/not-ready"
 GPU_HEALTH_CONDITION = "GPUHealthy"
 GPU_HEALTH_LABEL = "nvidia.com/gpu.health"
 FOREIGN_NAMESPACE = "ml-sandbox"
@@ -530,6 +531,51 @@ class SimCluster:
                 type="Normal" if healthy else "Warning",
                 component="gpu-health-monitor",
                 host=name,
+            )
+            self._node_changed(node)
+            self._settle()
+            return node
+
+    def set_node_ready(self, name: str, *, ready: bool) -> dict[str, Any]:
+        """The kubelet stops (or resumes) posting status: the ``Ready`` condition turns False
+        (or True), and the node lifecycle controller's ``node.kubernetes.io/not-ready`` taints
+        follow, NoSchedule and NoExecute, as on a real control plane. Watchers see one MODIFIED
+        event."""
+        with self.lock:
+            self._settle()
+            node = self.store.get("nodes", "", name)
+            if node is None:
+                raise not_found("nodes", name)
+            updated = copy.deepcopy(node)
+            stamp = rfc3339(self._moment)
+            conditions = [c for c in updated["status"]["conditions"] if c["type"] != "Ready"]
+            conditions.append(
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
+                    "reason": "KubeletReady" if ready else "KubeletNotReady",
+                    "message": "kubelet is posting ready status"
+                    if ready
+                    else "container runtime is down",
+                }
+            )
+            updated["status"]["conditions"] = conditions
+            taints = [t for t in updated["spec"].get("taints") or [] if t["key"] != NOT_READY]
+            if not ready:
+                taints += [
+                    {"key": NOT_READY, "effect": "NoSchedule", "timeAdded": stamp},
+                    {"key": NOT_READY, "effect": "NoExecute", "timeAdded": stamp},
+                ]
+            updated["spec"]["taints"] = taints
+            node = self.store.put("nodes", updated)
+            self._event(
+                node,
+                "NodeReady" if ready else "NodeNotReady",
+                f"Node {name} status is now: {'NodeReady' if ready else 'NodeNotReady'}",
+                type="Normal",
+                component="node-controller",
             )
             self._node_changed(node)
             self._settle()

@@ -840,6 +840,8 @@ def inject_fault(cluster: SimCluster, spec: dict[str, Any]) -> dict[str, Any]:
         elif kind in ("node_unhealthy", "node_healthy"):
             node = str(options.pop("node"))
             return cluster.set_node_health(node, healthy=kind == "node_healthy", **options)
+        elif kind in ("node_not_ready", "node_ready"):
+            return cluster.set_node_ready(str(options["node"]), ready=kind == "node_ready")
         elif kind == "oom_kill":
             return cluster.oom_kill(str(options["namespace"]), str(options["pod"]))
         elif kind == "delete_job":

@@ -226,21 +226,13 @@ def _tolerating_queue(state: State, ask: Ask, gpu_class: str) -> str:
 
 
 def _fits_empty(state: State, pool: Pool, shape: Shape) -> bool:
-    """Whether ``shape`` fits ``pool`` once every job has ended and maintenance is over. Pods
-    the portal did not create may end too: their devices count."""
+    """Whether ``shape`` fits ``pool`` once every job has ended, every node is back from
+    maintenance and healthy (a broken or not-ready node is a state the cluster may leave), and
+    pods the portal did not create have ended too."""
     key = ("fits-empty", id(pool), shape)
     known = state.memo.get(key)
     if known is None:
-        eventual = [
-            pool.eligible[local] or _returns(state, pool.nodes[local])
-            for local in range(len(pool.nodes))
-        ]
-        view = [total if ok else 0 for total, ok in zip(pool.total, eventual, strict=True)]
-        known = place(pool, shape, view, eligible=eventual) is not None
+        every = [True] * len(pool.nodes)
+        known = place(pool, shape, list(pool.total), eligible=every) is not None
         state.memo[key] = known
     return bool(known)
-
-
-def _returns(state: State, index: int) -> bool:
-    node = state.nodes[index]
-    return node.healthy and node.maintenance_until is not None

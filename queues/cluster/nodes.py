@@ -45,6 +45,15 @@ MAINTENANCE_DEADLINE_ANNOTATION = "gpuportal.io/maintenance-deadline"
 MAINTENANCE_LABEL = "gpuportal.io/maintenance"
 # What Kubernetes adds to a cordoned node; the cordon is the node's maintenance state already.
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+# What the node lifecycle controller adds to a node that is not ready or does not answer; its
+# Ready condition already makes it unhealthy to the portal.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+# Taints that are states the portal already reads (maintenance, health), not foreign taints a
+# queue must tolerate.
+LIFECYCLE_TAINTS = frozenset(
+    {MAINTENANCE_TAINT, UNSCHEDULABLE_TAINT, NOT_READY_TAINT, UNREACHABLE_TAINT}
+)
 HEALTHY_LABEL_VALUES = frozenset({"", "ok", "healthy", "pass", "true"})
 
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>\d+g\.\d+gb)$")

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import F, Prefetch
 
 from queues import admission as engine
-from queues.cluster.nodes import GPU_RESOURCE, MAINTENANCE_TAINT, UNSCHEDULABLE_TAINT
+from queues.cluster.nodes import GPU_RESOURCE, LIFECYCLE_TAINTS
 from queues.models import (
     DEFAULT_TERMINATION_GRACE,
     GPU_HOLDING_STATES,
@@ -145,8 +145,10 @@ def _node(node: Node, gpu_class: str) -> engine.Node:
             if t.get("value")
             else f"{t['key']}:{t['effect']}"
             for t in node.taints
-            # The cordon's own taints: the node's maintenance state says it, with the reason.
-            if t.get("key") not in (GPU_RESOURCE, MAINTENANCE_TAINT, UNSCHEDULABLE_TAINT)
+            # The cordon's and the lifecycle controller's taints: the node's maintenance and
+            # health say them, with the reason.
+            if t.get("key") != GPU_RESOURCE
+            and t.get("key") not in LIFECYCLE_TAINTS
             and t.get("effect") in ("NoSchedule", "NoExecute")
         )
     )

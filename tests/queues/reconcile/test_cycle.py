@@ -886,3 +886,49 @@ def test_a_cancelled_jobs_gpus_stay_held_until_its_pods_are_gone(
         assert (first.state, first.terminating) == (JobState.CANCELLED, False)
     finally:
         adapter.close()
+
+
+@pytest.fixture
+def one_h100(sim_cluster_factory, example_policy):
+    sim = sim_cluster_factory(
+        nodes=small_cluster(gpu_group("h100", "NVIDIA-H100-80GB-HBM3", 8, ["h100-a"]))
+    )
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    yield sim, adapter
+    adapter.close()
+
+
+def test_a_job_whose_only_node_is_not_ready_waits_unhealthy(one_h100, mia):
+    """The node lifecycle controller taints a not-ready node (node.kubernetes.io/not-ready):
+    a state the portal reads as health, not a foreign taint the queue fails to tolerate."""
+    sim, adapter = one_h100
+    sim.cluster.set_node_ready("h100-a", ready=False)
+    taints = {t.key for t in sim.core().read_node("h100-a").spec.taints}
+    assert "node.kubernetes.io/not-ready" in taints
+    job = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=8)
+
+    reconcile_cycle(cluster=adapter, now=sim.now())
+
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    binding = job.pending_reasons[0]
+    assert binding["code"] == "Unhealthy"
+    assert "h100-a" in binding["message"]
+    sim.cluster.set_node_ready("h100-a", ready=True)
+    reconcile_cycle(cluster=adapter, now=sim.now())
+    job.refresh_from_db()
+    assert job.state == JobState.ADMITTED
+
+
+def test_a_job_whose_only_node_is_cordoned_waits_for_maintenance(one_h100, mia):
+    """kubectl cordon: spec.unschedulable and the node.kubernetes.io/unschedulable taint."""
+    sim, adapter = one_h100
+    sim.core().patch_node("h100-a", {"spec": {"unschedulable": True}})
+    job = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=8)
+
+    reconcile_cycle(cluster=adapter, now=sim.now())
+
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+    assert job.pending_reasons[0]["code"] == "Maintenance"
+    assert "h100-a" in job.pending_reasons[0]["message"]
