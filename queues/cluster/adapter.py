@@ -251,6 +251,22 @@ class Cluster:
                 return False
             raise
 
+    def delete_pod(self, namespace: str, name: str, *, grace_seconds: int) -> bool:
+        """Delete one pod with ``grace_seconds`` to stop; False if it was already gone."""
+        try:
+            self._call(
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                grace_period_seconds=grace_seconds,
+                raw=True,
+            )
+            return True
+        except ClusterRejected as exc:
+            if exc.status == 404:
+                return False
+            raise
+
     def watch(
         self,
         kind: str,

@@ -258,11 +258,21 @@ def cluster_apply(
             k8s_job_name=manifest["metadata"]["name"]
         )
     ending = Job.objects.filter(state__in=TERMINATING_STATES, terminating=True).select_related(
-        "team"
+        "team", "queue"
     )
+    pods_of = view.pods_of()
     for job in ending:
         if job.pk in view.jobs:
             report.jobs_deleted += int(cluster.delete_job(job.team.namespace, job_name(job.pk)))
+            continue
+        # The Job is gone but its pods run on: deleted without cascading (kubectl's default for
+        # a batch/v1 Job is to orphan them). They hold GPUs until they stop: stop them.
+        grace = int(job.queue.termination_grace.total_seconds())
+        for pod in pods_of.get(job.pk, []):
+            if pod.deleted_at is None:
+                report.orphans_deleted += int(
+                    cluster.delete_pod(pod.namespace, pod.name, grace_seconds=grace)
+                )
 
 
 def _waiting_for_victims(job_ids: list[int]) -> dict[int, list[Job]]:

@@ -25,6 +25,7 @@ class CycleReport:
     preempted: list[int] = field(default_factory=list)
     jobs_created: int = 0
     jobs_deleted: int = 0
+    orphans_deleted: int = 0  # pods left running by a Job deleted without its pods
     intervals_opened: int = 0
     intervals_closed: int = 0
     api_calls: int = 0
@@ -37,6 +38,7 @@ class CycleReport:
         text = (
             f"admitted {len(self.admitted)}, preempted {len(self.preempted)}, "
             f"Jobs created {self.jobs_created}, deleted {self.jobs_deleted}, "
+            f"orphaned pods deleted {self.orphans_deleted}, "
             f"usage opened {self.intervals_opened}, closed {self.intervals_closed}; "
             f"state changes: {moves}; {self.api_calls} API calls in {self.seconds:.2f} s"
         )

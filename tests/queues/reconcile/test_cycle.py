@@ -932,3 +932,41 @@ def test_a_job_whose_only_node_is_cordoned_waits_for_maintenance(one_h100, mia):
     assert job.state == JobState.PENDING
     assert job.pending_reasons[0]["code"] == "Maintenance"
     assert "h100-a" in job.pending_reasons[0]["message"]
+
+
+def test_pods_orphaned_by_a_job_deleted_outside_are_stopped_and_held_until_gone(one_h100, mia):
+    """kubectl delete job --cascade=orphan: the Job goes, its pods run on holding GPUs. The
+    portal stops them, does not admit anyone onto their GPUs meanwhile, and closes their usage
+    once, when they really end."""
+    sim, adapter = one_h100
+
+    def cycle():
+        return reconcile_cycle(cluster=adapter, now=sim.now())
+
+    first = submit(mia, queue="training", capability="bf16-large", gpus_per_pod=8, seconds=7200)
+    cycle()
+    sim.advance(30)
+    cycle()
+    first.refresh_from_db()
+    assert first.state == JobState.RUNNING
+    sim.delete_job_out_of_band(first.team.namespace, first.k8s_job_name, propagation="Orphan")
+    second = submit(mia, team="nlp", queue="training", capability="bf16-large", gpus_per_pod=8)
+
+    report = cycle()  # the Job is gone: the job fails, its orphaned pods are told to stop
+
+    first.refresh_from_db()
+    assert (first.state, first.failure_reason) == (JobState.FAILED, "deleted outside the portal")
+    assert first.terminating
+    assert report.orphans_deleted == 1
+    second.refresh_from_db()
+    assert second.state == JobState.PENDING  # the orphan's GPUs are not free yet
+    sim.advance(11 * 60)  # training gives pods 10 minutes to stop
+    cycle()
+    cycle()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert not first.terminating
+    assert second.state in (JobState.ADMITTED, JobState.RUNNING)
+    [interval] = UsageInterval.objects.filter(job=first)
+    assert interval.ended_at is not None
+    assert interval.ended_at <= sim.now()
