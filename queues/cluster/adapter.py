@@ -236,31 +236,24 @@ class Cluster:
 
     def delete_job(self, namespace: str, name: str, *, grace_seconds: int | None = None) -> bool:
         """Delete the Job and, in the background, its pods; False if it was already gone."""
-        try:
-            self._call(
-                self.batch.delete_namespaced_job,
-                name,
-                namespace,
-                propagation_policy="Background",
-                grace_period_seconds=grace_seconds,
-                raw=True,
-            )
-            return True
-        except ClusterRejected as exc:
-            if exc.status == 404:
-                return False
-            raise
+        return self._delete(
+            self.batch.delete_namespaced_job,
+            name,
+            namespace,
+            propagation_policy="Background",
+            grace_period_seconds=grace_seconds,
+        )
 
     def delete_pod(self, namespace: str, name: str, *, grace_seconds: int) -> bool:
         """Delete one pod with ``grace_seconds`` to stop; False if it was already gone."""
+        return self._delete(
+            self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_seconds
+        )
+
+    def _delete(self, method: Any, *args: Any, **kwargs: Any) -> bool:
+        """A delete that is done when the object is gone: False if it already was (404)."""
         try:
-            self._call(
-                self.core.delete_namespaced_pod,
-                name,
-                namespace,
-                grace_period_seconds=grace_seconds,
-                raw=True,
-            )
+            self._call(method, *args, raw=True, **kwargs)
             return True
         except ClusterRejected as exc:
             if exc.status == 404:
