@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from rest_framework import viewsets
 
 from portal.http import signed_in
-from queues.catalog.selectors import queues_visible_to
+from queues.catalog.selectors import queues_live, queues_visible_to
 from queues.catalog.serializers import (
     CapabilityClassSerializer,
     GpuClassSerializer,
@@ -26,6 +27,17 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Queue]:
         return queues_visible_to(signed_in(self.request.user)).order_by("-priority", "name")
+
+    def get_serializer(self, *args: Any, **kwargs: Any) -> Any:
+        # The live state of exactly the queues being answered, in a fixed number of queries.
+        if args and getattr(self, "swagger_fake_view", False) is False:
+            queues = args[0] if isinstance(args[0], list | QuerySet) else [args[0]]
+            if all(isinstance(q, Queue) for q in queues):
+                kwargs.setdefault("context", self.get_serializer_context())
+                kwargs["context"]["live"] = queues_live(
+                    list(queues), signed_in(self.request.user), now=timezone.now()
+                )
+        return super().get_serializer(*args, **kwargs)
 
 
 class GpuClassViewSet(viewsets.ReadOnlyModelViewSet):

@@ -101,6 +101,13 @@ class QueueLive:
     free: dict[str, Decimal]
     # Allowed classes with GPUs out of service: (class, GPUs in maintenance, GPUs unhealthy).
     out_of_service: list[tuple[str, int, int]] = field(default_factory=list)
+    # Every allowed class's GPUs by node state, and GPU-equivalents pods of others hold.
+    capacity: list[CapacityByState] = field(default_factory=list)
+
+    @property
+    def used_outside(self) -> list[CapacityByState]:
+        """The allowed classes some of whose GPUs pods the portal did not create hold."""
+        return [c for c in self.capacity if c.used_outside]
 
 
 def percentile(values: list[timedelta], fraction: float) -> timedelta | None:
@@ -204,6 +211,7 @@ def queues_live(queues: list[Queue], user: User, *, now: datetime) -> dict[int, 
                 for g in queue.allowed_gpu_classes.all()
                 if g.name in down and (down[g.name].maintenance or down[g.name].unhealthy)
             ],
+            capacity=[down[g.name] for g in queue.allowed_gpu_classes.all() if g.name in down],
         )
     return live
 
@@ -217,6 +225,7 @@ class CapacityByState:
     in_service: int
     maintenance: int
     unhealthy: int
+    used_outside: Decimal = Decimal(0)  # GPU-equivalents held by pods the portal did not create
 
     @property
     def total(self) -> int:
@@ -228,17 +237,20 @@ def capacity_by_state() -> list[CapacityByState]:
     counts: dict[str, dict[str, int]] = defaultdict(
         lambda: {"in service": 0, "maintenance": 0, "unhealthy": 0}
     )
-    for name, gpus, healthy, maintenance in Node.objects.filter(
+    outside: dict[str, Decimal] = defaultdict(Decimal)
+    for name, gpus, healthy, maintenance, used_outside in Node.objects.filter(
         gpu_class__isnull=False
-    ).values_list("gpu_class__name", "gpu_count", "healthy", "maintenance"):
+    ).values_list("gpu_class__name", "gpu_count", "healthy", "maintenance", "gpus_used_outside"):
         state = "unhealthy" if not healthy else "maintenance" if maintenance else "in service"
         counts[name][state] += gpus
+        outside[name] += used_outside
     return [
         CapacityByState(
             gpu_class=name,
             in_service=c["in service"],
             maintenance=c["maintenance"],
             unhealthy=c["unhealthy"],
+            used_outside=outside[name],
         )
         for name, c in sorted(counts.items())
     ]

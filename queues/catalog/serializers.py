@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -9,6 +10,7 @@ from rest_framework import serializers
 
 from portal.formatting import format_duration
 from queues.admission.capability import Resolution
+from queues.catalog.selectors import QueueLive
 from queues.models import CapabilityClass, GpuClass, Queue, Team
 from queues.policy.parse import QUEUE_FIELDS
 
@@ -78,6 +80,63 @@ class CapabilityClassSerializer(serializers.ModelSerializer):
         ]
 
 
+class ClassCapacitySerializer(serializers.Serializer):
+    gpu_class = serializers.CharField()
+    free = serializers.DecimalField(
+        max_digits=12, decimal_places=2, help_text="GPU-equivalents free now, as the page shows."
+    )
+    in_service = serializers.IntegerField(help_text="GPUs on healthy nodes in service.")
+    maintenance = serializers.IntegerField(help_text="GPUs on cordoned or drained nodes.")
+    unhealthy = serializers.IntegerField(help_text="GPUs on unhealthy or not-ready nodes.")
+    used_outside = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        help_text="GPU-equivalents held by pods the portal did not create.",
+    )
+
+
+class QueueLiveSerializer(serializers.Serializer):
+    """The queue's live state as of the last reconcile: the same numbers as its page."""
+
+    expected_wait_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="For the queue's default job (1 GPU-equivalent, the default runtime, the "
+        "cheapest allowed class, no CPU or memory ask) of the caller's teams; null: unknown.",
+    )
+    expected_wait_note = serializers.CharField(allow_blank=True)
+    wait_p50_seconds = serializers.IntegerField(allow_null=True)
+    wait_p90_seconds = serializers.IntegerField(allow_null=True)
+    pending = serializers.IntegerField()
+    running = serializers.IntegerField()
+    capacity = ClassCapacitySerializer(many=True)
+
+
+def live_representation(live: QueueLive) -> dict[str, Any]:
+    def seconds(span: timedelta | None) -> int | None:
+        return None if span is None else int(span.total_seconds())
+
+    by_class = {c.gpu_class: c for c in live.capacity}
+    return {
+        "expected_wait_seconds": seconds(live.expected_wait),
+        "expected_wait_note": live.expected_note,
+        "wait_p50_seconds": seconds(live.wait_p50),
+        "wait_p90_seconds": seconds(live.wait_p90),
+        "pending": live.pending,
+        "running": live.running,
+        "capacity": [
+            {
+                "gpu_class": name,
+                "free": str(free),
+                "in_service": by_class[name].in_service if name in by_class else 0,
+                "maintenance": by_class[name].maintenance if name in by_class else 0,
+                "unhealthy": by_class[name].unhealthy if name in by_class else 0,
+                "used_outside": str(by_class[name].used_outside if name in by_class else 0),
+            }
+            for name, free in live.free.items()
+        ],
+    }
+
+
 class QueueSerializer(serializers.ModelSerializer):
     expected_wait_target = DurationText()
     max_runtime = DurationText()
@@ -94,11 +153,17 @@ class QueueSerializer(serializers.ModelSerializer):
         slug_field="name", many=True, read_only=True
     )
     job_priority = serializers.SerializerMethodField()
+    live = serializers.SerializerMethodField()
 
     class Meta:
         model = Queue
-        # The API publishes exactly the terms the policy file sets.
-        fields = list(QUEUE_FIELDS)
+        # The terms exactly as the policy file sets them, and the live state beside them.
+        fields = [*QUEUE_FIELDS, "live"]
+
+    @extend_schema_field(QueueLiveSerializer)
+    def get_live(self, obj: Queue) -> dict[str, Any] | None:
+        live = self.context.get("live", {}).get(obj.pk)
+        return live_representation(live) if live is not None else None
 
     @extend_schema_field(
         serializers.DictField(child=serializers.IntegerField(), help_text="min, default, max")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 from django.test import Client
 
 from queues.models import Queue
@@ -145,6 +146,17 @@ class TestCatalogApi:
         body = response.json()
         assert body["count"] == 4
         batch = next(q for q in body["results"] if q["name"] == "batch")
+        live = batch.pop("live")
+        assert set(live) == {
+            "expected_wait_seconds",
+            "expected_wait_note",
+            "wait_p50_seconds",
+            "wait_p90_seconds",
+            "pending",
+            "running",
+            "capacity",
+        }
+        assert [c["gpu_class"] for c in live["capacity"]] == ["t4", "l4", "a100-80gb", "h100-80gb"]
         assert batch == {
             "name": "batch",
             "description": "Long jobs on whatever is spare. Preemptible; checkpoint every 30 minutes.",
@@ -238,7 +250,8 @@ class TestCatalogApi:
         for n in range(15):
             QueueFactory(name=f"more-{n}").teams.add(team)
 
-        with django_assert_max_num_queries(10):
+        # the terms, and the live state of the answered queues (capacity, estimates, stats)
+        with django_assert_max_num_queries(11):
             response = client.get("/api/queues/?page_size=100")
 
         assert response.json()["count"] == 19
@@ -305,6 +318,21 @@ class TestLiveState:
 
         # 8 − 1 outside − 4 held on a1, plus 8 × 3/7 − 3/7 on the MIG node = 3 + 3 = 6.
         assert live["training"].free["a100-80gb"] == Decimal("6.00")
+
+        # The API publishes the same numbers beside the terms, per allowed class.
+        api = APIClient()
+        api.force_authenticate(mia)
+        body = api.get("/api/queues/training/").json()
+        a100_live = next(c for c in body["live"]["capacity"] if c["gpu_class"] == "a100-80gb")
+        assert a100_live == {
+            "gpu_class": "a100-80gb",
+            "free": "6.00",
+            "in_service": 12,  # a1 and the MIG node
+            "maintenance": 8,  # a3, cordoned
+            "unhealthy": 8,  # a2
+            "used_outside": "1.000",
+        }
+        assert body["live"]["expected_wait_note"] == "no estimate yet"
 
     def test_a_pod_on_a_time_sliced_node_holds_its_replicas_share(self, example_policy):
         from decimal import Decimal
