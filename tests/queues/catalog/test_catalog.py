@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from rest_framework.test import APIClient
 from django.test import Client
+from rest_framework.test import APIClient
 
 from queues.models import Queue
 from tests.factories import QueueFactory, TeamFactory
@@ -282,7 +282,7 @@ class TestLiveState:
         html = response.content.decode()
         batch_card = html[html.index('id="queue-batch"') :]
         assert "Expected wait now" in batch_card
-        assert "(target 2h)" in batch_card
+        assert "(target 2h; for a 1-GPU job of 12h on the cheapest allowed class" in batch_card
         assert "~30m" in batch_card  # an estimate is rounded as people say it
 
     def test_free_gpus_count_healthy_in_service_capacity_minus_what_pods_hold(self, mia):
