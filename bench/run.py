@@ -14,6 +14,7 @@ BENCHMARKS = [
     ("Admission engine: one full plan", ["bench/bench_admission.py"]),
     ("Reconcile: one cycle against the simulated cluster", ["bench/bench_reconcile.py"]),
     ("Pages, API and submissions under gunicorn", ["bench/bench_web.py"]),
+    ("Chargeback: a monthly statement", ["bench/bench_chargeback.py"]),
 ]
 
 

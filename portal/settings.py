@@ -193,8 +193,12 @@ CELERY_TIMEZONE = "UTC"
 RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
 # Submitting or cancelling asks for a reconcile right after the commit (requests coalesce).
 RECONCILE_ON_COMMIT = env.bool("RECONCILE_ON_COMMIT", default=True)
+# Chargeback closes last month once this many hours of the new month have passed (late usage
+# still lands in it until then; after, it becomes an adjustment of the next month).
+CHARGEBACK_CLOSE_GRACE_HOURS = env.int("CHARGEBACK_CLOSE_GRACE_HOURS", default=72)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "queues.reconcile", "schedule": RECONCILE_INTERVAL_SECONDS},
+    "close-previous-period": {"task": "chargeback.close_previous_period", "schedule": 3600.0},
 }
 
 # --- The cluster -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
 
+from portal.formatting import format_datetime
 from queues.admission.capability import (
     CapabilityRequest,
     GpuClassSpec,
@@ -25,6 +26,7 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
+from queues.rates import CardTerms
 
 # The one rule for a policy object's name (a DNS subdomain, as Kubernetes labels take it). Match
 # it on the whole string (``NAME.fullmatch``): with ``re.match`` and ``$``, "gpu\n" would pass.
@@ -217,6 +219,27 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TeamCostCenter(models.Model):
+    """A team's cost center from ``effective_from`` until the team's next row: the history
+    chargeback splits usage by (written by the policy apply when a team's cost center is set or
+    changes; before a team's first row, a usage interval's own cost center holds)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="cost_centers")
+    cost_center = models.CharField(max_length=64)
+    effective_from = models.DateTimeField()
+
+    class Meta:
+        ordering = ["team", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "effective_from"], name="team_cost_center_one_per_instant"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}: {self.cost_center} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
 class Quota(models.Model):
@@ -422,6 +445,66 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class NodeState(models.TextChoices):
+    """What a node's GPUs were doing, as node-state intervals record it. ``available`` GPUs are
+    in service for the portal (in use or free: usage intervals tell which); ``outside`` ones are
+    held by pods the portal did not create, whatever the node's state."""
+
+    AVAILABLE = "available", "in service"
+    UNHEALTHY = "unhealthy", "unhealthy"
+    MAINTENANCE = "maintenance", "maintenance"
+    OUTSIDE = "outside", "used outside the portal"
+
+
+class NodeStateInterval(models.Model):
+    """Some of a node's GPUs in one state from a time to a time: the history behind capacity
+    reports (chargeback's idle split, utilization over time). Opened and closed by the node pass
+    when what it mirrors changes; at most one open row per node and state (a database
+    constraint), so a rerun after a crash can neither open a second one nor count twice.
+
+    The amount is exact GPU-equivalents (``amount_numerator / amount_denominator``): outside use
+    can be MIG slices or time-slice replicas."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_intervals")
+    gpu_class = models.ForeignKey(
+        GpuClass, on_delete=models.PROTECT, related_name="node_state_intervals"
+    )
+    state = models.CharField(max_length=16, choices=NodeState.choices)
+    amount_numerator = models.PositiveIntegerField()
+    amount_denominator = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [
+            models.Index(fields=["gpu_class", "started_at"], name="node_state_class_started"),
+            models.Index(fields=["node", "started_at"], name="node_state_node_started"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node", "state"],
+                condition=Q(ended_at__isnull=True),
+                name="node_state_one_open_per_node_state",
+            ),
+            models.CheckConstraint(
+                condition=Q(amount_numerator__gt=0) & Q(amount_denominator__gte=1),
+                name="node_state_amount_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")),
+                name="node_state_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.state} × {self.amount} from {self.started_at}"
+
+    @property
+    def amount(self) -> Fraction:
+        return Fraction(self.amount_numerator, self.amount_denominator)
 
 
 class JobState(models.TextChoices):
@@ -659,6 +742,13 @@ class UsageInterval(models.Model):
     devices = models.PositiveIntegerField()
     share_numerator = models.PositiveIntegerField(default=1)
     share_denominator = models.PositiveIntegerField(default=1)
+    sharing_mode = models.CharField(
+        max_length=16,
+        choices=SharingMode.choices,
+        default=SharingMode.EXCLUSIVE,
+        help_text="How the devices were shared: whole GPUs, MIG slices or time-slice replicas "
+        "(a share of 1/7 alone cannot tell a 1g.10gb slice from one of 7 replicas).",
+    )
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True, db_index=True)
     end_estimated = models.BooleanField(default=False)
@@ -777,6 +867,25 @@ class RateCardQuerySet(models.QuerySet["RateCard"]):
         """The rate card in force at ``at``: the latest whose ``effective_from`` is not after it."""
         return self.filter(effective_from__lte=at).order_by("-effective_from").first()
 
+    def terms(self) -> list[CardTerms]:
+        """Every card as the rating rule takes them (queues.rates.rate_interval), oldest first;
+        two queries. A card's version is its ``effective_from`` as the policy file keys it."""
+        weights: dict[int, dict[str, Decimal]] = {}
+        for card_id, class_name, weight in RateCardWeight.objects.filter(
+            rate_card__in=self
+        ).values_list("rate_card_id", "gpu_class__name", "weight"):
+            weights.setdefault(card_id, {})[class_name] = weight
+        return [
+            CardTerms(
+                effective_from=card.effective_from,
+                weights=weights.get(card.pk, {}),
+                price=card.price_per_normalized_gpu_hour,
+                currency=card.currency,
+                version=card.version,
+            )
+            for card in self.order_by("effective_from")
+        ]
+
 
 class RateCard(models.Model):
     """Price per normalized GPU-hour from ``effective_from`` until the next card takes over.
@@ -805,6 +914,11 @@ class RateCard(models.Model):
 
     def __str__(self) -> str:
         return f"rate card from {self.effective_from:%Y-%m-%d %H:%M} UTC ({self.currency})"
+
+    @property
+    def version(self) -> str:
+        """How statements name the card: its ``effective_from`` as the policy file keys it."""
+        return format_datetime(self.effective_from)
 
 
 class RateCardWeight(models.Model):

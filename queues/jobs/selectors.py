@@ -20,7 +20,7 @@ from queues.models import (
     RateCardWeight,
     UsageInterval,
 )
-from queues.rates import cost_per_hour, rate
+from queues.rates import cost_per_hour, rate_interval, round_hours, round_money
 
 
 def jobs_visible_to(user: User) -> QuerySet[Job]:
@@ -131,41 +131,36 @@ class CostSoFar:
 
 
 def job_cost_so_far(job: Any, *, now: datetime) -> CostSoFar | None:
-    """What a job's usage intervals have cost up to ``now`` (open ones count until now), each
-    rated by the card in force when it started; None before it held any GPU or without a card."""
-    intervals = list(UsageInterval.objects.filter(job=job))
+    """What a job's usage intervals have cost up to ``now`` (open ones count until now), by the
+    statements' rule (queues.rates.rate_interval: each interval split at every rate-card change,
+    exact until the total, which is rounded once, half up); None before it held any GPU, or when
+    some of its use falls under no card or a card that does not weigh its class."""
+    intervals = list(UsageInterval.objects.filter(job=job).select_related("gpu_class"))
     if not intervals:
         return None
-    # Rate cards are few: read them once, not per interval.
-    cards = list(RateCard.objects.order_by("-effective_from").prefetch_related("weights"))
-    total = Decimal(0)
-    normalized = Decimal(0)
-    currency = ""
+    cards = RateCard.objects.all().terms()
+    cost = Fraction(0)
+    normalized = Fraction(0)
+    currencies = set()
     for interval in intervals:
-        card = next((c for c in cards if c.effective_from <= interval.started_at), None)
-        weight = (
-            next(
-                (w.weight for w in card.weights.all() if w.gpu_class_id == interval.gpu_class_id),
-                None,
-            )
-            if card
-            else None
-        )
-        if card is None or weight is None:
-            return None
-        rating = rate(
-            held=(interval.ended_at or now) - interval.started_at,
+        for part in rate_interval(
+            start=interval.started_at,
+            end=max(interval.ended_at or now, interval.started_at),
             devices=interval.devices,
             share=interval.share,
-            weight=weight,
-            price=card.price_per_normalized_gpu_hour,
-        )
-        total += rating.cost
-        normalized += rating.normalized_gpu_hours
-        currency = card.currency
+            gpu_class=interval.gpu_class.name,
+            cards=cards,
+        ):
+            if part.cost is None or part.normalized_gpu_hours is None:
+                return None
+            cost += part.cost
+            normalized += part.normalized_gpu_hours
+            currencies.add(part.currency)
+    if len(currencies) != 1:
+        return None  # nothing held yet, or cards in different currencies: no one sum
     return CostSoFar(
-        amount=total.quantize(Decimal("0.01")),
-        normalized_gpu_hours=normalized.quantize(Decimal("0.001")),
-        currency=currency,
+        amount=round_money(cost),
+        normalized_gpu_hours=round_hours(normalized),
+        currency=currencies.pop(),
         running=any(i.ended_at is None for i in intervals),
     )

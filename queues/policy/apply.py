@@ -27,6 +27,7 @@ from queues.models import (
     RateCardWeight,
     Reservation,
     Team,
+    TeamCostCenter,
 )
 from queues.policy.export import dump_policy, policy_current
 from queues.policy.parse import (
@@ -347,11 +348,17 @@ def _write_capability_class(name: str, fields: dict[str, Any], report: PolicyRep
 
 
 def _write_team(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    before = Team.objects.filter(name=name).values_list("cost_center", flat=True).first()
     team = _upsert(
         Team,
         name,
         {k: fields[k] for k in ("description", "namespace", "cost_center", "fair_share_weight")},
     )
+    if before != team.cost_center:
+        # Chargeback splits usage at this instant: GPUs held from now on are the new center's.
+        TeamCostCenter.objects.create(
+            team=team, cost_center=team.cost_center, effective_from=timezone.now()
+        )
     team.members.set(_users(fields["members"], report))
     gpu_classes = _by_name(GpuClass, fields["quotas"])
     for gpu_name, quota in fields["quotas"].items():

@@ -6,6 +6,8 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from django.db import transaction
+
 from portal.formatting import format_datetime
 from queues.cluster.nodes import NodeFacts
 from queues.cluster.pods import devices_held
@@ -16,6 +18,8 @@ from queues.models import (
     Job,
     JobState,
     Node,
+    NodeState,
+    NodeStateInterval,
 )
 from queues.rates import gpu_amount
 from queues.reconcile.jobs import job_transition
@@ -96,15 +100,86 @@ def nodes_sync(view: ClusterView, *, now: datetime) -> None:
     # Only what changed is written; most cycles change no node at all.
     Node.objects.bulk_update(changed, fields, batch_size=500)
     Node.objects.filter(pk__in=seen).update(last_seen_at=now)
+    reported = {facts.name for facts in view.nodes}
+    node_states_sync(
+        nodes=[n for n in Node.objects.filter(name__in=reported) if n.gpu_class_id is not None],
+        now=now,
+    )
+
+
+def node_state_amounts(node: Node, gpu_class: GpuClass) -> dict[str, Fraction]:
+    """A mirrored node's GPUs by state, in exact GPU-equivalents: all of them in its state
+    (unhealthy before maintenance before in service) but what pods the portal did not create
+    hold, which is ``outside`` whatever the state."""
+    outside = _outside_fraction(node.outside_devices, node.time_slice_replicas, gpu_class)
+    outside = min(outside, Fraction(node.gpu_count))
+    if not node.healthy:
+        state = NodeState.UNHEALTHY
+    elif node.maintenance:
+        state = NodeState.MAINTENANCE
+    else:
+        state = NodeState.AVAILABLE
+    amounts = {str(state): Fraction(node.gpu_count) - outside, str(NodeState.OUTSIDE): outside}
+    return {key: value for key, value in amounts.items() if value > 0}
+
+
+def node_states_sync(*, nodes: list[Node], now: datetime) -> None:
+    """Close the open node-state intervals that no longer match what ``nodes`` show and open the
+    ones that do, all at ``now`` (one instant ends one and starts the next: no gap, no overlap).
+
+    ``nodes`` are the nodes the cluster reports; every other node's open intervals close (a node
+    that left the cluster holds no capacity). One transaction: a crash leaves the old intervals
+    open and the next cycle switches them at its own instant; the one-open-row-per-node-and-state
+    constraint keeps a rerun from opening twice."""
+    classes = {g.pk: g for g in GpuClass.objects.all()}
+    wanted = {
+        (node.pk, state): (node.gpu_class_id, amount)
+        for node in nodes
+        if node.gpu_class_id in classes
+        for state, amount in node_state_amounts(node, classes[node.gpu_class_id]).items()
+    }
+    with transaction.atomic():
+        stale = []
+        for row in NodeStateInterval.objects.filter(ended_at__isnull=True):
+            match = wanted.get((row.node_id, row.state))
+            if match == (row.gpu_class_id, row.amount):
+                wanted.pop((row.node_id, row.state))
+            else:
+                stale.append(row.pk)
+        if stale:
+            NodeStateInterval.objects.filter(pk__in=stale, ended_at__isnull=True).update(
+                ended_at=now
+            )
+        NodeStateInterval.objects.bulk_create(
+            [
+                NodeStateInterval(
+                    node_id=node_id,
+                    gpu_class_id=class_id,
+                    state=state,
+                    amount_numerator=amount.numerator,
+                    amount_denominator=amount.denominator,
+                    started_at=now,
+                )
+                for (node_id, state), (class_id, amount) in wanted.items()
+            ],
+            ignore_conflicts=True,
+        )
+
+
+def _outside_fraction(
+    outside: dict[str, int], replicas: int, gpu_class: GpuClass | None
+) -> Fraction:
+    total = Fraction(outside.get("gpu", 0), replicas)
+    for profile, count in outside.items():
+        if profile != "gpu" and gpu_class is not None and profile in gpu_class.mig_profiles:
+            total += count * gpu_class.mig_share(profile)
+    return total
 
 
 def _outside_gpu_eq(
     outside: dict[str, int], facts: NodeFacts, gpu_class: GpuClass | None
 ) -> Decimal:
-    total = Fraction(outside.get("gpu", 0), facts.time_slice_replicas)
-    for profile, count in outside.items():
-        if profile != "gpu" and gpu_class is not None and profile in gpu_class.mig_profiles:
-            total += count * gpu_class.mig_share(profile)
+    total = _outside_fraction(outside, facts.time_slice_replicas, gpu_class)
     return gpu_amount(total)
 
 

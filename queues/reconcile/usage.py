@@ -4,10 +4,12 @@ reports them."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 from queues.models import (
     Job,
     Node,
+    SharingMode,
     UsageInterval,
 )
 from queues.reconcile.view import ClusterView, CycleReport
@@ -55,6 +57,7 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
                 devices=sum(p.devices.values()),
                 share_numerator=share.numerator,
                 share_denominator=share.denominator,
+                sharing_mode=_sharing_mode(job, share),
                 started_at=p.container.started_at,
                 grace_seconds=p.grace_seconds,
             )
@@ -87,3 +90,17 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
             ended_at=max(end, interval.started_at), end_estimated=estimated
         )
         report.intervals_closed += closed
+
+
+def _sharing_mode(job: Job, share: Fraction) -> SharingMode:
+    """MIG slices, time-slice replicas or whole GPUs: recorded, since the share alone cannot
+    tell a 1/7 MIG slice from one of seven replicas."""
+    if share == 1:
+        return SharingMode.EXCLUSIVE
+    if (
+        job.mig_profile
+        and job.gpu_class is not None
+        and job.mig_profile in job.gpu_class.mig_profiles
+    ):
+        return SharingMode.MIG
+    return SharingMode.TIME_SLICED

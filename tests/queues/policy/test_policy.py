@@ -572,3 +572,19 @@ class TestNamesAreMatchedWhole:
 
         assert rejected(data)[0].startswith("teams[#1].name: 'vision\\n' is not a valid name")
         assert not Team.objects.exists()
+
+
+def test_a_cost_center_change_is_recorded_as_history(example_policy):
+    from queues.models import Team, TeamCostCenter
+
+    text = EXAMPLE_POLICY.read_text().replace("cost_center: CC-1001", "cost_center: CC-7777")
+    policy_apply(text=text)
+    policy_apply(text=text)  # unchanged: nothing more recorded
+
+    vision = Team.objects.get(name="vision")
+    assert list(
+        TeamCostCenter.objects.filter(team=vision)
+        .order_by("effective_from")
+        .values_list("cost_center", flat=True)
+    ) == ["CC-1001", "CC-7777"]
+    assert TeamCostCenter.objects.filter(team__name="nlp").count() == 1

@@ -1,0 +1,96 @@
+"""Writes of chargeback: closing a period (finance's only write)."""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from chargeback.models import FrozenLine, Period, month_end, month_start
+from chargeback.selectors import pending_adjustments
+from chargeback.statements import Line, statement
+from queues.models import GpuClass, Team
+
+MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+
+
+class PeriodRefused(Exception):
+    """A close that must not happen, with the reason in words."""
+
+
+def parse_month(text: str) -> date:
+    """``2026-11`` → 2026-11-01; ValueError with a message naming what is wrong."""
+    match = MONTH.match(text.strip())
+    if not match or not 1 <= int(match[2]) <= 12 or not 1970 <= int(match[1]) <= 9000:
+        raise ValueError(f"{text!r} is not a month: write it as YYYY-MM, e.g. 2026-11")
+    return date(int(match[1]), int(match[2]), 1)
+
+
+def next_month(month: date) -> date:
+    return month_end(month).date()
+
+
+def period_close(*, month: date, by: Any | None, now: datetime) -> tuple[Period, bool]:
+    """Close ``month``: store its statement's lines and, as adjustments, whatever changed in the
+    periods closed before it since they were closed. Returns the period and whether this call
+    closed it (closing a closed period again does nothing). Refuses a month that has not ended
+    and a month that is not the one after the last closed (periods close in order)."""
+    month = month.replace(day=1)
+    existing = Period.objects.filter(month=month).first()
+    if existing is not None:
+        return existing, False
+    if month_end(month) > now:
+        raise PeriodRefused(
+            f"{month:%Y-%m} has not ended yet: it can be closed from "
+            f"{month_end(month):%Y-%m-%d %H:%M} UTC"
+        )
+    latest = Period.objects.order_by("-month").first()
+    if latest is not None and month != next_month(latest.month):
+        expected = next_month(latest.month)
+        raise PeriodRefused(
+            f"periods close in order: the last closed is {latest.month:%Y-%m}, so "
+            f"{expected:%Y-%m} must be closed before {month:%Y-%m}"
+            if month > expected
+            else f"periods close in order: {month:%Y-%m} comes before {latest.month:%Y-%m}, "
+            f"which is closed already"
+        )
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                period = Period.objects.create(month=month, closed_at=now, closed_by=by)
+        except IntegrityError:  # closed at the same moment by someone else
+            return Period.objects.get(month=month), False
+        lines = statement(start=month_start(month), end=month_end(month), now=now).lines
+        adjustments = pending_adjustments(before=month, now=now)
+        teams = dict(Team.objects.values_list("name", "pk"))
+        classes = dict(GpuClass.objects.values_list("name", "pk"))
+        FrozenLine.objects.bulk_create(
+            [_frozen(period, line, teams, classes, None) for line in lines]
+            + [_frozen(period, a.line, teams, classes, a.period_id) for a in adjustments]
+        )
+    return period, True
+
+
+def _frozen(
+    period: Period,
+    line: Line,
+    teams: dict[str, int],
+    classes: dict[str, int],
+    adjustment_for: int | None,
+) -> FrozenLine:
+    return FrozenLine(
+        period=period,
+        adjustment_for_id=adjustment_for,
+        team_id=teams[line.key["team"]],
+        cost_center=line.key["cost_center"],
+        gpu_class_id=classes[line.key["gpu_class"]],
+        sharing_mode=line.key["sharing_mode"],
+        currency=line.currency,
+        device_hours=line.device_hours,
+        gpu_hours=line.gpu_hours,
+        normalized_gpu_hours=line.normalized_gpu_hours,
+        cost=line.cost,
+        versions=list(line.versions),
+    )

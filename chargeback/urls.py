@@ -1,0 +1,11 @@
+from django.urls import path
+
+from chargeback import views
+
+app_name = "chargeback"
+urlpatterns = [
+    path("", views.report, name="report"),
+    path("close", views.close, name="close"),
+    path("teams/<str:name>/", views.team, name="team"),
+    path("jobs/<int:job_id>/", views.job, name="job"),
+]

@@ -1,0 +1,190 @@
+"""Chargeback pages: thin, they read selectors and render (finance's one write, close, calls a
+service)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from chargeback import charts
+from chargeback.capacity import capacity_split
+from chargeback.exports import report_csv, report_data
+from chargeback.models import month_end, month_start
+from chargeback.selectors import (
+    forecast_by_team,
+    monthly_trend,
+    months_before,
+    period_report,
+    team_ids_visible_to,
+    waste_by_team,
+)
+from chargeback.services import PeriodRefused, parse_month, period_close
+from chargeback.statements import DEFAULT_GROUP_BY, statement
+from portal.roles import is_finance
+from queues.models import Job, RateCard, Team, UsageInterval
+from queues.rates import rate_interval, round_hours, round_money
+
+MAX_ID = 2**63 - 1
+
+
+def _month(request: HttpRequest) -> tuple[date | None, str]:
+    """The ``month`` parameter (this month when absent), or an error message."""
+    text = request.GET.get("month", "")
+    if not text:
+        return timezone.now().date().replace(day=1), ""
+    try:
+        return parse_month(text), ""
+    except ValueError as exc:
+        return None, f"month: {exc}"
+
+
+def _bad_request(request: HttpRequest, error: str) -> HttpResponse:
+    return render(request, "chargeback/error.html", {"error": error}, status=400)
+
+
+@login_required
+def report(request: HttpRequest) -> HttpResponse:
+    month, error = _month(request)
+    if month is None:
+        return _bad_request(request, error)
+    if request.GET.get("format", "html") not in ("html", "csv"):
+        return _bad_request(request, "format: expected html or csv")
+    now = timezone.now()
+    team_ids = team_ids_visible_to(request.user)
+    result = period_report(month=month, now=now, team_ids=team_ids)
+    data = report_data(
+        start=result.start,
+        end=result.end,
+        group_by=DEFAULT_GROUP_BY,
+        lines=result.lines,
+        totals=result.totals,
+        adjustments=result.adjustments,
+        adjustment_totals=result.adjustment_totals,
+        period=result.month,
+        closed=result.closed,
+    )
+    if request.GET.get("format") == "csv":
+        response = HttpResponse(report_csv(data), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="chargeback-{month:%Y-%m}.csv"'
+        return response
+    finance = is_finance(request.user)
+    splits = capacity_split(start=result.start, end=result.end, now=now) if finance else []
+    trend = monthly_trend(month=month, now=now, team_ids=team_ids)
+    context: dict[str, Any] = {
+        "title": "Chargeback" if finance else "Usage",
+        "finance": finance,
+        "report": result,
+        "month": month,
+        "months": list(reversed(months_before(now.date().replace(day=1), 12))),
+        "waste": waste_by_team(start=result.start, end=result.end, now=now, team_ids=team_ids),
+        "forecast": forecast_by_team(report=result, team_ids=team_ids),
+        "capacity": splits,
+        "trend": trend,
+        "charts": [
+            ("by-team", json.loads(charts.normalized_by_team(result.lines))),
+            ("trend", json.loads(charts.monthly_trend(trend))),
+            *([("capacity", json.loads(charts.capacity(splits)))] if splits else []),
+        ],
+        "may_close": finance and not result.closed and result.end <= now,
+    }
+    return render(request, "chargeback/report.html", context)
+
+
+@login_required
+@require_POST
+def close(request: HttpRequest) -> HttpResponse:
+    if not is_finance(request.user):
+        raise Http404
+    month: date | None = None
+    try:
+        month = parse_month(request.POST.get("month", ""))
+        period, closed = period_close(month=month, by=request.user, now=timezone.now())
+    except (ValueError, PeriodRefused) as exc:
+        messages.error(request, f"Not closed: {exc}")
+    else:
+        messages.success(
+            request, f"Closed {period}." if closed else f"{period} was closed already."
+        )
+    query = f"?month={month:%Y-%m}" if month else ""
+    return redirect(f"/chargeback/{query}")
+
+
+def _visible_team(request: HttpRequest, name: str) -> Team:
+    team = Team.objects.filter(name=name).first()
+    team_ids = team_ids_visible_to(request.user)
+    if team is None or (team_ids is not None and team.pk not in team_ids):
+        raise Http404("no such team")  # another team's existence is not a member's business
+    return team
+
+
+@login_required
+def team(request: HttpRequest, name: str) -> HttpResponse:
+    """A team's month, per job (the same rule and rounding as the statement)."""
+    team = _visible_team(request, name)
+    month, error = _month(request)
+    if month is None:
+        return _bad_request(request, error)
+    now = timezone.now()
+    result = statement(
+        start=month_start(month),
+        end=month_end(month),
+        now=now,
+        group_by=("job", "gpu_class", "sharing_mode"),
+        team_ids=[team.pk],
+    )
+    jobs = Job.objects.in_bulk([line.key["job"] for line in result.lines])
+    rows = [(line, jobs.get(line.key["job"])) for line in result.lines]
+    return render(
+        request,
+        "chargeback/team.html",
+        {"team": team, "month": month, "rows": rows, "totals": result.totals},
+    )
+
+
+@login_required
+def job(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A job's usage intervals in a month, each rated by the rule, part by part."""
+    month, error = _month(request)
+    if month is None:
+        return _bad_request(request, error)
+    if job_id > MAX_ID:  # no row has it; the database would refuse the number
+        raise Http404("no such job")
+    the_job = Job.objects.select_related("team").filter(pk=job_id).first()
+    if the_job is None:
+        raise Http404("no such job")
+    _visible_team(request, the_job.team.name)
+    now = timezone.now()
+    cards = RateCard.objects.all().terms()
+    rows = []
+    for interval in UsageInterval.objects.filter(job=the_job).select_related("gpu_class"):
+        for part in rate_interval(
+            start=interval.started_at,
+            end=max(interval.ended_at or now, interval.started_at),
+            devices=interval.devices,
+            share=interval.share,
+            gpu_class=interval.gpu_class.name,
+            cards=cards,
+            window_start=month_start(month),
+            window_end=month_end(month),
+        ):
+            rows.append(
+                {
+                    "interval": interval,
+                    "part": part,
+                    "device_hours": round_hours(part.device_hours),
+                    "gpu_hours": round_hours(part.gpu_hours),
+                    "normalized": None
+                    if part.normalized_gpu_hours is None
+                    else round_hours(part.normalized_gpu_hours),
+                    "cost": None if part.cost is None else round_money(part.cost),
+                }
+            )
+    return render(request, "chargeback/job.html", {"job": the_job, "month": month, "rows": rows})

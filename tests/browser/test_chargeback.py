@@ -1,0 +1,99 @@
+"""Finance and a member in the browser: the chargeback page with its charts, at desktop and
+phone width."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from fractions import Fraction
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, expect
+
+from queues.models import GpuClass, NodeState, NodeStateInterval, SharingMode
+from tests.browser.conftest import PASSWORD
+from tests.chargeback.helpers import hold
+from tests.factories import NodeFactory
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def this_month(example_policy):
+    now = timezone.now()
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    hold(
+        team="vision",
+        gpu_class="h100-80gb",
+        devices=2,
+        start=start,
+        end=start + timedelta(hours=10),
+    )
+    hold(
+        team="nlp",
+        gpu_class="a100-80gb",
+        share=Fraction(1, 7),
+        mode=SharingMode.MIG,
+        start=start + timedelta(hours=2),
+        end=None,
+    )
+    hold(
+        team="search",
+        gpu_class="t4",
+        share=Fraction(1, 4),
+        mode=SharingMode.TIME_SLICED,
+        start=start,
+        end=start + timedelta(hours=10),
+    )
+    node = NodeFactory(name="l4-01", gpu_class=GpuClass.objects.get(name="l4"), gpu_count=8)
+    NodeStateInterval.objects.create(
+        node=node,
+        gpu_class=node.gpu_class,
+        state=NodeState.AVAILABLE,
+        amount_numerator=8,
+        started_at=start,
+        ended_at=start + timedelta(hours=12),
+    )
+    NodeStateInterval.objects.create(
+        node=node,
+        gpu_class=node.gpu_class,
+        state=NodeState.MAINTENANCE,
+        amount_numerator=8,
+        started_at=start + timedelta(hours=12),
+    )
+
+
+def _fits(page: Page, width: int) -> None:
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def test_finance_reads_the_month_with_charts_on_desktop_and_phone(
+    page, log_in, screenshot, fiona, this_month
+):
+    fiona.set_password(PASSWORD)
+    fiona.save(update_fields=["password"])
+    log_in(fiona)
+
+    page.get_by_role("link", name="Chargeback").click()
+    expect(page.get_by_test_id("total")).to_contain_text("EUR")
+    expect(page.locator("[data-testid=chart-by-team] .main-svg").first).to_be_visible()
+    expect(page.locator("[data-testid=chart-capacity] .main-svg").first).to_be_visible()
+    expect(page.get_by_text("charged by allocation share")).to_be_visible()
+    screenshot("finance desktop")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    expect(page.locator("[data-testid=chart-by-team] .main-svg").first).to_be_visible()
+    _fits(page, 390)
+    screenshot("finance phone")
+
+
+def test_a_member_sees_usage_of_their_teams_only(page, log_in, screenshot, demo_member, this_month):
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(demo_member)
+
+    page.get_by_role("link", name="Usage").click()
+    expect(page.get_by_role("heading", name="Usage", exact=False).first).to_be_visible()
+    expect(page.locator("table.statement").first).to_contain_text("vision")
+    expect(page.locator("table.statement").first).not_to_contain_text("search")
+    _fits(page, 390)
+    screenshot("member phone")
