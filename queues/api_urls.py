@@ -1,10 +1,11 @@
-"""The queues app's REST API: the catalog (read-only) and jobs."""
+"""The queues app's REST API: the catalog (read-only), jobs, and the admin side's quotas."""
 
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from queues.catalog import apis as catalog_apis
 from queues.jobs import apis as job_apis
+from queues.operations import apis as operations_apis
 
 router = DefaultRouter()
 router.register("queues", catalog_apis.QueueViewSet, basename="queue")
@@ -19,6 +20,12 @@ urlpatterns = [
         "jobs/<int:pk>/checkpoint/",
         job_apis.JobCheckpointView.as_view(),
         name="job-checkpoint",
+    ),
+    path("quotas/", operations_apis.QuotaListView.as_view(), name="quota-list"),
+    path(
+        "quotas/<slug:team>/<slug:gpu_class>/",
+        operations_apis.QuotaView.as_view(),
+        name="quota-detail",
     ),
     *router.urls,
 ]
