@@ -28,6 +28,16 @@ def is_finance(user: Viewer) -> bool:
     return user.groups.filter(name=FINANCE_GROUP).exists()
 
 
+def landing(user: Viewer) -> str:
+    """Where a role's work is, as a URL name: admins the admin side, finance the chargeback
+    statement, members (and anyone else) the queues."""
+    if is_admin(user):
+        return "operations:quotas"
+    if is_finance(user):
+        return "chargeback:report"
+    return "queues:catalog"
+
+
 def roles_context(request: HttpRequest) -> dict[str, bool]:
     """Template context: which role-specific navigation to show."""
     user = request.user

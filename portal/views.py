@@ -11,6 +11,8 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.defaults import page_not_found
 
+from portal.roles import landing
+
 
 def healthz(request: HttpRequest) -> HttpResponse:
     """200 when the database answers, 503 otherwise (no authentication: load balancers call it)."""
@@ -24,19 +26,15 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """Admins land on the admin side; everyone else on the queues."""
-    if request.user.is_authenticated and request.user.is_staff:
-        return redirect("operations:quotas")
-    return redirect("queues:catalog")
+    """Each role lands where its work is (``portal.roles.landing``)."""
+    return redirect(landing(request.user))
 
 
 class LoginView(auth_views.LoginView):
-    """Admins land on the admin side after logging in; everyone else on the queues."""
+    """After logging in, each role lands where its work is (``portal.roles.landing``)."""
 
     def get_default_redirect_url(self) -> str:
-        if self.request.user.is_staff:
-            return reverse("operations:quotas")
-        return super().get_default_redirect_url()
+        return reverse(landing(self.request.user))
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:

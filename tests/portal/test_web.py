@@ -63,6 +63,19 @@ def test_the_home_page_leads_to_the_catalog(client, mia):
     assert client.get("/").url == "/queues/"
 
 
+def test_each_role_lands_where_its_work_is(client, fiona, ada):
+    """Finance on the chargeback statement, admins on the admin side — never on an empty
+    catalog that says no queue is open to their teams."""
+    fiona.set_password("pw-for-tests")
+    fiona.save(update_fields=["password"])
+
+    response = client.post("/login/", {"username": "fiona", "password": "pw-for-tests"})
+
+    assert response.url == "/chargeback/"
+    client.force_login(ada)
+    assert client.get("/").url == "/manage/quotas/"
+
+
 def test_roles_show_in_the_header(client, fiona, ada):
     client.force_login(fiona)
     assert b"fiona \xc2\xb7 finance" in client.get("/queues/").content
