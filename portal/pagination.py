@@ -26,7 +26,8 @@ class PortalPagination(PageNumberPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+        # ASCII digits only: "³" passes str.isdigit() but int() refuses it.
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= self.max_page_size:
             raise ValidationError(
                 {"page_size": [f"must be a whole number from 1 to {self.max_page_size}"]}
             )

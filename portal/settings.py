@@ -154,6 +154,11 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "portal.schema.PortalAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.PortalPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.PortalJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",

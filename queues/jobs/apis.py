@@ -33,12 +33,12 @@ from rest_framework.exceptions import (
     PermissionDenied,
     ValidationError,
 )
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.http import signed_in
+from portal.parsers import PortalJSONParser
 from portal.schema import ErrorDetailSerializer
 from portal.tokens import job_id_of_token
 from queues.cluster.adapter import ClusterUnreachable
@@ -140,7 +140,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     serializer_class = JobSerializer
     filterset_class = JobFilter
-    parser_classes = [JSONParser]  # commands and environments are lists and objects
+    parser_classes = [PortalJSONParser]  # commands and environments are lists and objects
     queryset = Job.objects.none()  # the real one is per caller: see get_queryset
 
     def get_queryset(self) -> QuerySet[Job]:

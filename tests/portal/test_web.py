@@ -83,3 +83,19 @@ def test_roles_show_in_the_header(client, fiona, ada):
     html = client.get("/queues/").content
     assert b"ada \xc2\xb7 admin" in html
     assert b'href="/manage/"' in html  # the admin side; the Django admin is linked from there
+
+
+def test_a_page_size_in_unicode_digits_is_a_400_naming_the_field(api_as, mia):
+    response = api_as(mia).get("/api/jobs/?page_size=³")
+
+    assert response.status_code == 400
+    assert response.json() == {"page_size": ["must be a whole number from 1 to 500"]}
+
+
+def test_a_body_nested_thousands_deep_is_a_400_not_a_500(api_as, mia):
+    body = "[" * 10_000 + "]" * 10_000
+
+    response = api_as(mia).post("/api/jobs/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": "JSON parse error - the body is nested too deeply"}
