@@ -97,15 +97,15 @@ LogIn = Callable[..., None]
 
 @pytest.fixture
 def log_in(page: Page) -> LogIn:
-    """``log_in(user)``: log in through the login form, as a person does; lands on the queue
-    catalog."""
+    """``log_in(user)``: log in through the login form, as a person does; lands where the
+    user's role works (``lands``: the catalog for members)."""
 
-    def submit_form(user, password: str = PASSWORD) -> None:
+    def submit_form(user, password: str = PASSWORD, lands: str = r"/queues/$") -> None:
         page.goto("/login/")
         page.fill("#id_username", user.get_username())
         page.fill("#id_password", password)
         page.get_by_role("button", name="Log in").click()
-        expect(page).to_have_url(re.compile(r"/queues/$"))
+        expect(page).to_have_url(re.compile(lands))
 
     return submit_form
 

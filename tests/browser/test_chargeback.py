@@ -72,9 +72,8 @@ def test_finance_reads_the_month_with_charts_on_desktop_and_phone(
 ):
     fiona.set_password(PASSWORD)
     fiona.save(update_fields=["password"])
-    log_in(fiona)
+    log_in(fiona, lands=r"/chargeback/$")  # finance lands on the statement
 
-    page.get_by_role("link", name="Chargeback").click()
     expect(page.get_by_test_id("total")).to_contain_text("EUR")
     expect(page.locator("[data-testid=chart-by-team] .main-svg").first).to_be_visible()
     expect(page.locator("[data-testid=chart-capacity] .main-svg").first).to_be_visible()
