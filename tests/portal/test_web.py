@@ -99,3 +99,11 @@ def test_a_body_nested_thousands_deep_is_a_400_not_a_500(api_as, mia):
 
     assert response.status_code == 400
     assert response.json() == {"detail": "JSON parse error - the body is nested too deeply"}
+
+
+def test_every_page_names_its_icon_and_the_icon_is_served(client, mia):
+    client.force_login(mia)
+    html = client.get("/queues/").content.decode()
+
+    assert '<link rel="icon" type="image/svg+xml" href="/static/portal/favicon.svg">' in html
+    assert client.get("/static/portal/favicon.svg").status_code == 200
