@@ -27,7 +27,7 @@ from queues.rates import MICROSECONDS_PER_HOUR, round_hours, round_money
 # What a statement may be grouped by (the API's group_by), and the column each one reads.
 DIMENSIONS = {
     "team": "i.team_id",
-    "cost_center": "COALESCE(hw.cost_center, i.cost_center)",
+    "cost_center": "i.cost_center",  # and the team's history, piece by piece
     "gpu_class": "i.gpu_class_id",
     "sharing_mode": "i.sharing_mode",
     "job": "i.job_id",
@@ -180,10 +180,9 @@ def exact_sums(
 
     The window [``start``, ``end``) is cut at every rate-card change and every cost-center
     change inside it; within each piece one card and, per team, one cost center hold. The
-    database sums, per group and per (first piece, last piece) an interval touches, the devices
-    held, the device-microseconds in its first piece and those in its last; the pieces between
-    are whole, so their share is the piece's length × the devices. Python turns these integers
-    into hours and money with Fractions."""
+    database sums, per group, the device-microseconds held in each piece (whole integers);
+    Python rates each piece with its card and turns the sums into hours and money with
+    Fractions."""
     unknown = [g for g in group_by if g not in DIMENSIONS]
     if unknown:
         raise ValueError(f"cannot group by {', '.join(unknown)}")
@@ -191,16 +190,17 @@ def exact_sums(
     jobs = None if job_ids is None else list(job_ids)
     pieces = _Pieces.of(start=start, end=end, team_ids=teams)
     columns = _key_columns(group_by)
-    sql = statement_sql(
-        vendor=connection.vendor,
-        keys=[column for _, column in columns],
-        boundaries=len(pieces.boundaries),
-        teams=None if teams is None else len(teams),
-        jobs=None if jobs is None else len(jobs),
-        states=None if job_states is None else len(job_states),
-    )
+    keys = list(dict.fromkeys(columns.values()))
+    restrict = {
+        "teams": None if teams is None else len(teams),
+        "jobs": None if jobs is None else len(jobs),
+        "states": None if job_states is None else len(job_states),
+    }
+    vendor = connection.vendor
+    sql = statement_sql(vendor=vendor, keys=keys, pieces=len(pieces.edges) - 1, **restrict)
+    open_sql = statement_sql(vendor=vendor, keys=keys, still_open=True, **restrict)
     params: dict[str, Any] = {"ws": _db_time(start), "we": _db_time(end), "now": _db_time(now)}
-    params.update({f"b{n}": _db_time(b) for n, b in enumerate(pieces.boundaries)})
+    params.update({f"c{n}": _db_time(cut) for n, cut in enumerate(pieces.edges[1:-1])})
     params.update({f"team_{n}": team for n, team in enumerate(teams or [])})
     params.update({f"job_{n}": job for n, job in enumerate(jobs or [])})
     params.update({f"state_{n}": state for n, state in enumerate(job_states or [])})
@@ -210,13 +210,22 @@ def exact_sums(
         for w in RateCardWeight.objects.filter(rate_card__in=cards)
     }
     sums: dict[tuple[Any, ...], _Sum] = {}
-    for row in _fetch(sql, params):
-        values = dict(zip((name for name, _ in columns), row, strict=False))
-        class_id, numerator, denominator, first, last, devices, head, tail, still_open = row[
-            len(columns) :
-        ]
-        share = Fraction(int(numerator), int(denominator))
-        for piece, device_us in pieces.split(int(first), int(last), int(devices), head, tail):
+    rows = _fetch(sql, params)
+    with connection.cursor() as cursor:
+        cursor.execute(open_sql, params)
+        still_open = {tuple(row) for row in cursor.fetchall()}
+    for row in rows:
+        values = {name: row[keys.index(column)] for name, column in columns.items()}
+        held, *before_cuts = (int(us or 0) for us in row[len(keys) :])
+        before = [0, *before_cuts, held]
+        by_piece = [before[n + 1] - before[n] for n in range(len(before) - 1)]
+        if not any(by_piece):
+            continue
+        class_id = values["class"]
+        share = Fraction(int(values["numerator"]), int(values["denominator"]))
+        for piece, device_us in enumerate(by_piece):
+            if not device_us and len(by_piece) > 1:
+                continue
             card_id = pieces.cards[piece]
             card = cards.get(card_id) if card_id is not None else None
             weight = weights.get((card_id, class_id)) if card is not None else None
@@ -229,7 +238,7 @@ def exact_sums(
                 else:
                     dims.append(values[g])
             acc = sums.setdefault((*dims, currency), _Sum())
-            device = Fraction(device_us, MICROSECONDS_PER_HOUR)
+            device = Fraction(int(device_us), MICROSECONDS_PER_HOUR)
             acc.device += device
             gpu = device * share
             acc.gpu += gpu
@@ -238,21 +247,25 @@ def exact_sums(
                 acc.normalized += normalized
                 acc.cost += normalized * Fraction(card.price_per_normalized_gpu_hour)
                 acc.versions.add(card.version)
-            acc.provisional = acc.provisional or bool(still_open)
+            acc.provisional = acc.provisional or tuple(row[: len(keys)]) in still_open
     return sums
 
 
-def _key_columns(group_by: Sequence[str]) -> list[tuple[str, str]]:
-    """(name, column) of what the query groups by besides the class and share: each dimension's
-    column; for the cost center, the team and the interval's own cost center (the team's history
-    decides, piece by piece, in Python)."""
-    columns: list[tuple[str, str]] = []
+def _key_columns(group_by: Sequence[str]) -> dict[str, str]:
+    """What the query groups by, by name: each dimension's column (for the cost center, the
+    team and the interval's own cost center: the team's history decides, piece by piece, in
+    Python), the class and the share."""
+    columns: dict[str, str] = {}
     for g in group_by:
         if g == "cost_center":
-            columns += [("cc_team", "i.team_id"), ("cc_own", "i.cost_center")]
+            columns |= {"cc_team": "i.team_id", "cc_own": "i.cost_center"}
         else:
-            columns.append((g, DIMENSIONS[g]))
-    return columns
+            columns[g] = DIMENSIONS[g]
+    return columns | {
+        "class": "i.gpu_class_id",
+        "numerator": "i.share_numerator",
+        "denominator": "i.share_denominator",
+    }
 
 
 @dataclass(frozen=True)
@@ -265,10 +278,6 @@ class _Pieces:
     edges: tuple[datetime, ...]
     cards: tuple[int | None, ...]
     centers: dict[int, tuple[str | None, ...]]
-
-    @property
-    def boundaries(self) -> tuple[datetime, ...]:
-        return self.edges[1:-1]
 
     @classmethod
     def of(cls, *, start: datetime, end: datetime, team_ids: list[int] | None) -> _Pieces:
@@ -307,20 +316,6 @@ class _Pieces:
         centers = self.centers.get(team_id)
         return None if centers is None else centers[piece]
 
-    def split(
-        self, first: int, last: int, devices: int, head: Any, tail: Any
-    ) -> Iterable[tuple[int, int]]:
-        """(piece, device-microseconds) of a group of intervals that begin in piece ``first``
-        and end in piece ``last``: ``head`` in the first, ``tail`` in the last, whole pieces
-        between."""
-        yield first, int(head)
-        for piece in range(first + 1, last):
-            length = self.edges[piece + 1] - self.edges[piece]
-            us = (length.days * 86400 + length.seconds) * 1_000_000 + length.microseconds
-            yield piece, us * devices
-        if last != first:
-            yield last, int(tail)
-
 
 def _names(group_by: Sequence[str], sums: dict[tuple[Any, ...], _Sum]) -> dict[str, dict]:
     """Ids → names for the team and GPU class dimensions (one query each)."""
@@ -344,6 +339,7 @@ def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         # sorts them (spilling to disk); hashing them is a third faster. For this query only:
         # SET LOCAL ends with the transaction, and is undone right after.
         cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params)
         rows = list(cursor.fetchall())
         cursor.execute("SET LOCAL enable_sort = on")
@@ -366,9 +362,9 @@ def microseconds_sql(vendor: str, start: str, end: str) -> str:
     """Whole microseconds from ``start`` to ``end`` (column expressions), exactly."""
     if vendor == "postgresql":
         # date_part is double precision: exact to well under a microsecond for any hold
-        # shorter than a century, so rounding gives the exact count, and it is much faster
-        # than EXTRACT's numeric.
-        return f"ROUND(date_part('epoch', {end} - {start}) * 1000000)::bigint"
+        # shorter than a century, so rounding (the cast to bigint rounds) gives the exact
+        # count, and it is much faster than EXTRACT's numeric.
+        return f"(date_part('epoch', {end} - {start}) * 1000000)::bigint"
     # SQLite stores the text 'YYYY-MM-DD HH:MM:SS[.ffffff]': whole seconds from the text without
     # its fraction (strftime would round it), then the microseconds. Exact, and no Python
     # function is called per row.
@@ -383,27 +379,26 @@ def statement_sql(
     *,
     vendor: str,
     keys: Sequence[str],
-    boundaries: int = 0,
+    pieces: int = 1,
     teams: int | None = None,
     jobs: int | None = None,
     states: int | None = None,
+    still_open: bool = False,
 ) -> str:
     """The statement query for ``vendor`` ("postgresql" or "sqlite"), grouped by the ``keys``
-    (column expressions over the intervals ``i``), with named parameters ``ws`` and ``we`` (the
-    window), ``now``, ``b0``… (``boundaries`` instants where the window is cut, in order), and
+    (columns of the intervals ``i``), with named parameters ``ws`` and ``we`` (the window),
+    ``now``, ``c0``… (the ``pieces - 1`` cuts between the window's pieces, in order), and
     ``team_0``… / ``job_0``… / ``state_0``… when ``teams`` / ``jobs`` / ``states`` (how many)
-    restrict it.
+    restrict it. Its columns: the keys, Σ device-microseconds
+    held in the window, then for each inner edge Σ device-microseconds held before it (NULL for
+    none; intervals that held nothing in the window add zeros).
+    With ``still_open``: only the keys of the groups where an interval still open held GPUs in
+    the window (few rows, found by the index on ``ended_at``).
 
-    Per row it clips the interval to the window and finds the pieces its start and end fall in
-    (comparisons with a handful of parameters, no join); nearly every interval begins and ends
-    in the same piece, and then its sum is just its length × devices."""
+    One pass with no join, grouped by plain columns (so PostgreSQL aggregates in parallel):
+    each interval is clipped to the window, and its length and its part before each cut are
+    summed as whole microseconds × its devices."""
     greatest, least = extremes(vendor)
-    cast = "::timestamptz" if vendor == "postgresql" else ""
-    if vendor == "postgresql":
-        still_open, any_open = "i.ended_at IS NULL", "BOOL_OR(p.still_open)"
-    else:
-        still_open = "CASE WHEN i.ended_at IS NULL THEN 1 ELSE 0 END"
-        any_open = "MAX(p.still_open)"
     filters = [
         "i.started_at < %(we)s",
         "i.started_at < %(now)s",
@@ -418,47 +413,30 @@ def statement_sql(
     if states is not None:
         names = ", ".join(f"%(state_{n})s" for n in range(states))
         filters.append(f"i.job_id IN (SELECT id FROM queues_job WHERE state IN ({names}))")
-    bs = [f"%(b{n})s{cast}" for n in range(boundaries)]
-    if bs:
-        # The piece of an instant: how many cuts lie at or before it (for an end: before it).
-        first = " + ".join(f"CASE WHEN p.ps >= {b} THEN 1 ELSE 0 END" for b in bs)
-        last = " + ".join(f"CASE WHEN p.pe > {b} THEN 1 ELSE 0 END" for b in bs)
-        next_cut = "CASE " + " ".join(f"WHEN p.ps < {b} THEN {b}" for b in bs)
-        next_cut += f" ELSE %(we)s{cast} END"
-        last_cut = "CASE " + " ".join(f"WHEN p.pe > {b} THEN {b}" for b in reversed(bs))
-        last_cut += f" ELSE %(ws)s{cast} END"
-        head = microseconds_sql(vendor, "p.ps", f"{least}(p.pe, {next_cut})")
-        tail = (
-            f"CASE WHEN ({first}) = ({last}) THEN 0 "
-            f"ELSE {microseconds_sql(vendor, last_cut, 'p.pe')} END"
+    held_start = f"{greatest}(i.started_at, %(ws)s)"
+    held_end = f"{least}(COALESCE(i.ended_at, %(now)s), %(we)s)"
+    if still_open:
+        filters += ["i.ended_at IS NULL", f"{held_end} > {held_start}"]
+        return f"""
+            SELECT DISTINCT {", ".join(keys)} FROM queues_usageinterval i
+            WHERE {" AND ".join(filters)}
+        """
+    cut = "%(c{n})s::timestamptz" if vendor == "postgresql" else "%(c{n})s"
+    # Σ held, then for each cut Σ held before it by the intervals that begin before it: a
+    # piece's part is the difference of two of these. Each expression is written once per sum
+    # (the database evaluates it per reference), and most intervals skip most filters.
+    sums = [f"SUM({microseconds_sql(vendor, held_start, held_end)} * i.devices)"]
+    for n in range(pieces - 1):
+        # (A cut lies inside the window: the window's own edges need no clipping here.)
+        before = f"{least}(COALESCE(i.ended_at, %(now)s), {cut.format(n=n)})"
+        sums.append(
+            f"SUM({microseconds_sql(vendor, held_start, before)} * i.devices)"
+            f" FILTER (WHERE i.started_at < {cut.format(n=n)})"
         )
-    else:
-        first = last = "0"
-        head, tail = microseconds_sql(vendor, "p.ps", "p.pe"), "0"
-    selected = "".join(f"{column} AS k{n}, " for n, column in enumerate(keys))
-    group = ", ".join(
-        [
-            *(f"q.k{n}" for n in range(len(keys))),
-            *("q.gpu_class_id", "q.share_numerator", "q.share_denominator"),
-            *("q.first_piece", "q.last_piece"),
-        ]
-    )
+    columns = ", ".join(keys)
     return f"""
-        SELECT {group},
-               SUM(q.devices), SUM(q.head * q.devices), SUM(q.tail * q.devices),
-               {any_open.replace("p.", "q.")}
-        FROM (
-            SELECT p.*, {first} AS first_piece, {last} AS last_piece,
-                   {head} AS head, {tail} AS tail
-            FROM (
-                SELECT {selected}i.gpu_class_id, i.share_numerator, i.share_denominator,
-                       i.devices, {still_open} AS still_open,
-                       {greatest}(i.started_at, %(ws)s) AS ps,
-                       {least}(COALESCE(i.ended_at, %(now)s), %(we)s) AS pe
-                FROM queues_usageinterval i
-                WHERE {" AND ".join(filters)}
-            ) p
-            WHERE p.pe > p.ps
-        ) q
-        GROUP BY {group}
+        SELECT {columns}, {", ".join(sums)}
+        FROM queues_usageinterval i
+        WHERE {" AND ".join(filters)} AND {held_end} > {held_start}
+        GROUP BY {columns}
     """
