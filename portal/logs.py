@@ -47,7 +47,9 @@ class PortalJsonFormatter(JsonFormatter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("fmt", "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s")
-        kwargs.setdefault("rename_fields", {"asctime": "time", "levelname": "level", "name": "logger"})
+        kwargs.setdefault(
+            "rename_fields", {"asctime": "time", "levelname": "level", "name": "logger"}
+        )
         kwargs.setdefault("datefmt", "%Y-%m-%dT%H:%M:%S%z")
         kwargs.setdefault("json_ensure_ascii", False)
         super().__init__(*args, **kwargs)
@@ -63,9 +65,7 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
         "filters": {"request_id": {"()": "portal.logs.RequestIdFilter"}},
         "formatters": {
             "json": {"()": "portal.logs.PortalJsonFormatter"},
-            "text": {
-                "format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
-            },
+            "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
         },
         "handlers": {
             "console": {

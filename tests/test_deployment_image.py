@@ -314,5 +314,5 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
         if line.startswith("{")
     ]
     # The last: a first try that timed out while the server warmed up may have its own line.
-    health = [l for l in lines if l.get("logger") == "portal.request" and l["path"] == "/healthz"]
+    health = [x for x in lines if x.get("logger") == "portal.request" and x["path"] == "/healthz"]
     assert (health[-1]["status"], health[-1]["request_id"]) == (200, "probe-1")
