@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,10 +100,12 @@ class PrivateRedis:
 
 @dataclass
 class PrivatePostgres:
-    """A PostgreSQL cluster of its own in ``directory`` (``initdb``), on a free port, its socket
-    in the directory too; stopped (fast: open connections are cut) and started again."""
+    """A PostgreSQL cluster of its own in a new temporary directory (``initdb``), on a free
+    port, its socket in the directory too; stopped (fast: open connections are cut) and started
+    again. (Not under pytest's ``tmp_path``: as root the server runs as ``postgres``, which may
+    not enter root's private folders.) ``remove`` deletes it all."""
 
-    directory: Path
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="portal-pg-")))
     port: int = field(default_factory=free_port)
 
     @property
@@ -147,6 +150,11 @@ class PrivatePostgres:
             capture_output=True,
             **self._as_postgres(),
         )
+
+    def remove(self) -> None:
+        if (self.directory / "data" / "postmaster.pid").exists():
+            self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
 
     def createdb(self, name: str) -> None:
         subprocess.run(
