@@ -27,3 +27,4 @@ urlpatterns = [
 ]
 
 handler404 = "portal.views.not_found"
+handler500 = "portal.views.error"
