@@ -19,8 +19,8 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django import forms
+from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend

@@ -170,7 +170,8 @@ SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
-# The "preload" token only allows submitting the domain to browsers' preload list; it enrols nothing.
+# The "preload" token only allows submitting the domain to browsers' preload list; it enrols
+# nothing by itself.
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -234,7 +235,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     # Per user, counted in the shared cache; over the rate: 429 with Retry-After. (Every API
-    # endpoint needs credentials, and DRF checks them before rates: a caller without is 401.) Previews each simulate the whole cluster: their own, lower rate
+    # endpoint needs credentials, and DRF checks them before rates: a caller without is 401.)
+    # Previews each simulate the whole cluster: their own, lower rate
     # (queues.jobs.apis.PreviewRateThrottle).
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.UserRateThrottle",

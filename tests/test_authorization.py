@@ -66,33 +66,84 @@ PAGES = [
     Call("jobs/new", "GET", "/jobs/new", (R, 200, 200, 200, 200)),
     Call("jobs/<int:job_id>/", "GET", "/jobs/{job}/", (R, 200, 404, 404, 200)),
     Call("jobs/<int:job_id>/cancel", "POST", "/jobs/{job}/cancel", (R, R, 404, 404, R)),
-    Call("jobs/<int:job_id>/alternatives", "GET", "/jobs/{job}/alternatives", (R, 200, 404, 404, 200)),
+    Call(
+        "jobs/<int:job_id>/alternatives", "GET", "/jobs/{job}/alternatives", (R, 200, 404, 404, 200)
+    ),
     Call("manage/", "GET", "/manage/", (R, 403, 403, 403, R)),
     Call("manage/quotas/", "GET", "/manage/quotas/", (R, 403, 403, 403, 200)),
-    Call("manage/quotas/<str:team>/<str:gpu_class>/", "GET", "/manage/quotas/vision/h100-80gb/", (R, 403, 403, 403, 200)),
+    Call(
+        "manage/quotas/<str:team>/<str:gpu_class>/",
+        "GET",
+        "/manage/quotas/vision/h100-80gb/",
+        (R, 403, 403, 403, 200),
+    ),
     Call("manage/maintenance/", "GET", "/manage/maintenance/", (R, 403, 403, 403, 200)),
-    Call("manage/maintenance/<str:name>/return", "POST", "/manage/maintenance/{node}/return", (R, 403, 403, 403, R)),
+    Call(
+        "manage/maintenance/<str:name>/return",
+        "POST",
+        "/manage/maintenance/{node}/return",
+        (R, 403, 403, 403, R),
+    ),
     Call("manage/audit/", "GET", "/manage/audit/", (R, 403, 403, 200, 200)),
     Call("manage/policy/", "GET", "/manage/policy/", (R, 403, 403, 403, 200)),
     Call("manage/policy/export", "GET", "/manage/policy/export", (R, 403, 403, 403, 200)),
-    Call("manage/policy/<str:section>/new", "GET", "/manage/policy/queues/new", (R, 403, 403, 403, 200)),
-    Call("manage/policy/<str:section>/<str:name>/", "GET", "/manage/policy/queues/batch/", (R, 403, 403, 403, 200)),
+    Call(
+        "manage/policy/<str:section>/new",
+        "GET",
+        "/manage/policy/queues/new",
+        (R, 403, 403, 403, 200),
+    ),
+    Call(
+        "manage/policy/<str:section>/<str:name>/",
+        "GET",
+        "/manage/policy/queues/batch/",
+        (R, 403, 403, 403, 200),
+    ),
     Call("manage/reservations/", "GET", "/manage/reservations/", (R, 403, 403, 403, 200)),
     Call("manage/reservations/new", "GET", "/manage/reservations/new", (R, 403, 403, 403, 200)),
-    Call("manage/reservations/<str:name>/", "GET", "/manage/reservations/search-inference/", (R, 403, 403, 403, 200)),
-    Call("manage/reservations/<str:name>/end", "POST", "/manage/reservations/search-inference/end", (R, 403, 403, 403, R)),
+    Call(
+        "manage/reservations/<str:name>/",
+        "GET",
+        "/manage/reservations/search-inference/",
+        (R, 403, 403, 403, 200),
+    ),
+    Call(
+        "manage/reservations/<str:name>/end",
+        "POST",
+        "/manage/reservations/search-inference/end",
+        (R, 403, 403, 403, R),
+    ),
     Call("manage/requests/", "GET", "/manage/requests/", (R, 403, 403, 403, 200)),
-    Call("manage/requests/<int:request_id>/approve", "POST", "/manage/requests/{request}/approve", (R, 403, 403, 403, R)),
-    Call("manage/requests/<int:request_id>/decline", "POST", "/manage/requests/{request}/decline", (R, 403, 403, 403, R)),
+    Call(
+        "manage/requests/<int:request_id>/approve",
+        "POST",
+        "/manage/requests/{request}/approve",
+        (R, 403, 403, 403, R),
+    ),
+    Call(
+        "manage/requests/<int:request_id>/decline",
+        "POST",
+        "/manage/requests/{request}/decline",
+        (R, 403, 403, 403, R),
+    ),
     Call("quota-requests/", "GET", "/quota-requests/", (R, 200, 200, 200, 200)),
     Call("quota-requests/new", "GET", "/quota-requests/new", (R, 200, 200, 200, 200)),
-    Call("quota-requests/<int:request_id>/", "GET", "/quota-requests/{request}/", (R, 200, 404, 404, 200)),
+    Call(
+        "quota-requests/<int:request_id>/",
+        "GET",
+        "/quota-requests/{request}/",
+        (R, 200, 404, 404, 200),
+    ),
     # A member sees their own teams' statement; finance and admins every team's; finance and
     # admins close the month.
     Call("chargeback/", "GET", "/chargeback/", (R, 200, 200, 200, 200)),
     Call("chargeback/close", "POST", "/chargeback/close", (R, 404, 404, R, R)),
-    Call("chargeback/teams/<str:name>/", "GET", "/chargeback/teams/vision/", (R, 200, 404, 200, 200)),
-    Call("chargeback/jobs/<int:job_id>/", "GET", "/chargeback/jobs/{job}/", (R, 200, 404, 200, 200)),
+    Call(
+        "chargeback/teams/<str:name>/", "GET", "/chargeback/teams/vision/", (R, 200, 404, 200, 200)
+    ),
+    Call(
+        "chargeback/jobs/<int:job_id>/", "GET", "/chargeback/jobs/{job}/", (R, 200, 404, 200, 200)
+    ),
     Call("usage/", "GET", "/usage/", (R, 200, 200, 200, 200)),
 ]
 
@@ -102,23 +153,101 @@ API = [
     Call("api/schema/", "GET", "/api/schema/", (401, 200, 200, 200, 200)),
     Call("api/docs/", "GET", "/api/docs/", (401, 200, 200, 200, 200)),
     Call("api/^queues/$", "GET", "/api/queues/", (401, 200, 200, 200, 200)),
-    Call("api/^queues/(?P<name>[a-z0-9.-]+)/$", "GET", "/api/queues/training/", (401, 200, 404, 404, 200)),
+    Call(
+        "api/^queues/(?P<name>[a-z0-9.-]+)/$",
+        "GET",
+        "/api/queues/training/",
+        (401, 200, 404, 404, 200),
+    ),
     Call("api/^gpu-classes/$", "GET", "/api/gpu-classes/", (401, 200, 200, 200, 200)),
-    Call("api/^gpu-classes/(?P<name>[a-z0-9.-]+)/$", "GET", "/api/gpu-classes/h100-80gb/", (401, 200, 200, 200, 200)),
+    Call(
+        "api/^gpu-classes/(?P<name>[a-z0-9.-]+)/$",
+        "GET",
+        "/api/gpu-classes/h100-80gb/",
+        (401, 200, 200, 200, 200),
+    ),
     Call("api/^capability-classes/$", "GET", "/api/capability-classes/", (401, 200, 200, 200, 200)),
-    Call("api/^capability-classes/(?P<name>[a-z0-9.-]+)/$", "GET", "/api/capability-classes/any-gpu/", (401, 200, 200, 200, 200)),
+    Call(
+        "api/^capability-classes/(?P<name>[a-z0-9.-]+)/$",
+        "GET",
+        "/api/capability-classes/any-gpu/",
+        (401, 200, 200, 200, 200),
+    ),
     Call("api/^jobs/$", "GET", "/api/jobs/", (401, 200, 200, 200, 200)),
-    Call("api/^jobs/$", "POST", "/api/jobs/", (401, 201, 400, 400, 400), body={"team": "vision", "queue": "batch", "capability_class": "any-gpu", "image": "registry.example/x:1", "command": ["true"]}),
-    Call("api/^jobs/batch/$", "POST", "/api/jobs/batch/", (401, 201, 400, 400, 400), body={"jobs": [{"team": "vision", "queue": "batch", "capability_class": "any-gpu", "image": "registry.example/x:1", "command": ["true"]}]}),
-    Call("api/^jobs/preview/$", "POST", "/api/jobs/preview/", (401, 200, 400, 400, 400), body={"team": "vision", "queue": "batch", "capability_class": "any-gpu", "image": "registry.example/x:1", "command": ["true"]}),
+    Call(
+        "api/^jobs/$",
+        "POST",
+        "/api/jobs/",
+        (401, 201, 400, 400, 400),
+        body={
+            "team": "vision",
+            "queue": "batch",
+            "capability_class": "any-gpu",
+            "image": "registry.example/x:1",
+            "command": ["true"],
+        },
+    ),
+    Call(
+        "api/^jobs/batch/$",
+        "POST",
+        "/api/jobs/batch/",
+        (401, 201, 400, 400, 400),
+        body={
+            "jobs": [
+                {
+                    "team": "vision",
+                    "queue": "batch",
+                    "capability_class": "any-gpu",
+                    "image": "registry.example/x:1",
+                    "command": ["true"],
+                }
+            ]
+        },
+    ),
+    Call(
+        "api/^jobs/preview/$",
+        "POST",
+        "/api/jobs/preview/",
+        (401, 200, 400, 400, 400),
+        body={
+            "team": "vision",
+            "queue": "batch",
+            "capability_class": "any-gpu",
+            "image": "registry.example/x:1",
+            "command": ["true"],
+        },
+    ),
     Call("api/^jobs/(?P<pk>[^/.]+)/$", "GET", "/api/jobs/{job}/", (401, 200, 404, 404, 200)),
-    Call("api/^jobs/(?P<pk>[^/.]+)/cancel/$", "POST", "/api/jobs/{job}/cancel/", (401, 200, 404, 404, 200)),
-    Call("api/^jobs/(?P<pk>[^/.]+)/events/$", "GET", "/api/jobs/{job}/events/", (401, 200, 404, 404, 200)),
-    Call("api/^jobs/(?P<pk>[^/.]+)/logs/$", "GET", "/api/jobs/{job}/logs/", (401, 200, 404, 404, 200)),
+    Call(
+        "api/^jobs/(?P<pk>[^/.]+)/cancel/$",
+        "POST",
+        "/api/jobs/{job}/cancel/",
+        (401, 200, 404, 404, 200),
+    ),
+    Call(
+        "api/^jobs/(?P<pk>[^/.]+)/events/$",
+        "GET",
+        "/api/jobs/{job}/events/",
+        (401, 200, 404, 404, 200),
+    ),
+    Call(
+        "api/^jobs/(?P<pk>[^/.]+)/logs/$", "GET", "/api/jobs/{job}/logs/", (401, 200, 404, 404, 200)
+    ),
     # Only the job's own token: personal tokens are refused as credentials there.
-    Call("api/jobs/<int:pk>/checkpoint/", "POST", "/api/jobs/{job}/checkpoint/", (401, 401, 401, 401, 401)),
+    Call(
+        "api/jobs/<int:pk>/checkpoint/",
+        "POST",
+        "/api/jobs/{job}/checkpoint/",
+        (401, 401, 401, 401, 401),
+    ),
     Call("api/quotas/", "GET", "/api/quotas/", (401, 403, 403, 403, 200)),
-    Call("api/quotas/<slug:team>/<slug:gpu_class>/", "PUT", "/api/quotas/vision/h100-80gb/", (401, 403, 403, 403, 200), body={"nominal": "8", "borrowing_limit": "8"}),
+    Call(
+        "api/quotas/<slug:team>/<slug:gpu_class>/",
+        "PUT",
+        "/api/quotas/vision/h100-80gb/",
+        (401, 403, 403, 403, 200),
+        body={"nominal": "8", "borrowing_limit": "8"},
+    ),
     Call("api/chargeback/", "GET", "/api/chargeback/?period={month}", (401, 200, 200, 200, 200)),
 ]
 
@@ -149,7 +278,9 @@ def every_operation() -> set[tuple[str, str]]:
     """(method, path template) of every operation the OpenAPI schema documents."""
     schema = SchemaGenerator().get_schema(request=None, public=True)
     return {
-        (method.upper(), path) for path, operations in schema["paths"].items() for method in operations
+        (method.upper(), path)
+        for path, operations in schema["paths"].items()
+        for method in operations
     }
 
 

@@ -133,7 +133,9 @@ def parse_datetime(value: Any) -> datetime:
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ValueError(f"{_shown(value)} is not a timestamp like 2026-01-01T00:00:00Z") from exc
+            raise ValueError(
+                f"{_shown(value)} is not a timestamp like 2026-01-01T00:00:00Z"
+            ) from exc
     elif isinstance(value, date):
         raise ValueError(f"{value} is a date; give a time and zone, e.g. {value}T00:00:00Z")
     else:
@@ -205,7 +207,7 @@ def load_policy_text(text: str) -> Any:
             [Problem("yaml", None, f"the file is {size:,} bytes; at most {MAX_POLICY_BYTES:,}")]
         )
     try:
-        data = yaml.load(text, Loader=_PolicyLoader)  # noqa: S506 - a SafeLoader
+        data = yaml.load(text, Loader=_PolicyLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"

@@ -74,11 +74,17 @@ class TestLoginLockout:
 
     def test_a_success_before_the_limit_forgets_the_failures(self, client, mia_with_password):
         fail_logins(client, "mia", 4)
-        assert client.post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 302
+        assert (
+            client.post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code
+            == 302
+        )
         client.logout()
 
         assert fail_logins(client, "mia", 4) == [200, 200, 200, 200]
-        assert client.post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 302
+        assert (
+            client.post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code
+            == 302
+        )
 
     def test_the_lock_ends_after_the_lockout_time(self, client, mia_with_password):
         long_ago = timezone.now() - timedelta(minutes=16)
@@ -86,7 +92,10 @@ class TestLoginLockout:
             login_failure_record("mia", now=long_ago)
 
         assert login_locked_until("mia") is None
-        assert client.post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 302
+        assert (
+            client.post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code
+            == 302
+        )
 
     def test_failures_spread_over_more_than_the_window_do_not_add_up(self):
         start = timezone.now() - timedelta(minutes=20)
@@ -232,12 +241,15 @@ def _free_port() -> int:
 
 @pytest.fixture
 def database_cache():
-    config = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "portal_cache"}}
+    config = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "portal_cache",
+        }
+    }
     with override_settings(CACHES=config):
-        caches._settings = None  # noqa: SLF001 - re-read CACHES
         call_command("createcachetable", verbosity=0)
         yield caches["default"]
-    caches._settings = None  # noqa: SLF001
 
 
 @pytest.fixture
@@ -259,11 +271,11 @@ def private_redis(tmp_path):
         except redis.ConnectionError:
             time.sleep(0.05)
     url = f"redis://127.0.0.1:{port}/0"
-    config = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}}
+    config = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+    }
     with override_settings(CACHES=config):
-        caches._settings = None  # noqa: SLF001
         yield client
-    caches._settings = None  # noqa: SLF001
     process.terminate()
     process.wait(timeout=10)
 
@@ -274,9 +286,13 @@ def test_the_lockout_is_kept_in_the_database_cache_every_worker_reads(
     fail_logins(client, "mia", 5)
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT COUNT(*) FROM portal_cache WHERE cache_key LIKE %s", ["%login-failures:%"])
+        cursor.execute(
+            "SELECT COUNT(*) FROM portal_cache WHERE cache_key LIKE %s", ["%login-failures:%"]
+        )
         assert cursor.fetchone()[0] == 1
-    assert Client().post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 429
+    assert (
+        Client().post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 429
+    )
 
 
 def test_the_lockout_and_api_rates_are_kept_in_redis_when_configured(
@@ -289,4 +305,6 @@ def test_the_lockout_and_api_rates_are_kept_in_redis_when_configured(
     keys = sorted(k.decode().split(":", 2)[-1].split(":")[0] for k in private_redis.keys("*"))
     assert keys == ["login-failures", "throttle_user_" + str(mia_with_password.pk)]
     assert statuses == [200, 200, 429]
-    assert Client().post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 429
+    assert (
+        Client().post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 429
+    )

@@ -62,10 +62,22 @@ def test_nesting_deeper_than_the_limit_is_refused(depth):
 @pytest.mark.parametrize(
     ("old", "new", "problem"),
     [
-        ("usage_half_life: 7d", "usage_half_life: .nan", "fair_share.usage_half_life: nan is not a finite number"),
+        (
+            "usage_half_life: 7d",
+            "usage_half_life: .nan",
+            "fair_share.usage_half_life: nan is not a finite number",
+        ),
         ("hbm_gb: 80", "hbm_gb: .inf", "gpu_classes[h100-80gb].hbm_gb: inf is not a finite number"),
-        ("hbm_gb: 80", "hbm_gb: -.inf", "gpu_classes[h100-80gb].hbm_gb: -inf is not a finite number"),
-        ("{nominal: 8, borrowing_limit: 8}", "{nominal: 1.0e+400, borrowing_limit: 8}", "teams[vision].quotas.h100-80gb.nominal: inf is not a finite number"),
+        (
+            "hbm_gb: 80",
+            "hbm_gb: -.inf",
+            "gpu_classes[h100-80gb].hbm_gb: -inf is not a finite number",
+        ),
+        (
+            "{nominal: 8, borrowing_limit: 8}",
+            "{nominal: 1.0e+400, borrowing_limit: 8}",
+            "teams[vision].quotas.h100-80gb.nominal: inf is not a finite number",
+        ),
     ],
 )
 def test_numbers_that_are_not_finite_are_refused_naming_where(old, new, problem):
@@ -83,14 +95,46 @@ def test_a_description_over_the_text_limit_is_refused_naming_where():
 @pytest.mark.parametrize(
     ("old", "new", "problem"),
     [
-        ("hbm_gb: 80", f"hbm_gb: {BIG}", f"gpu_classes[h100-80gb].hbm_gb: {BIG[:40]}… (400 characters) is too large (at most 2,147,483,647)"),
-        ("hbm_gb: 80", "hbm_gb: 1e400", "gpu_classes[h100-80gb].hbm_gb: '1e400' is not a whole number"),
-        ("tier: 4", "tier: -3000000000", "gpu_classes[h100-80gb].tier: -3000000000 is too large (at most 2,147,483,647)"),
-        ("{nominal: 8, borrowing_limit: 8}", "{nominal: 1e400, borrowing_limit: 8}", "teams[vision].quotas.h100-80gb.nominal: '1e400' is too large (at most 9,999,999)"),
-        ("{nominal: 8, borrowing_limit: 8}", "{nominal: '1e400/3', borrowing_limit: 8}", "teams[vision].quotas.h100-80gb.nominal: '1e400/3' is not a number or a fraction like '3/7'"),
-        ("{nominal: 8, borrowing_limit: 8}", f"{{nominal: '{BIG}/3', borrowing_limit: 8}}", f"teams[vision].quotas.h100-80gb.nominal: '{BIG[:39]}… (404 characters) is too large (at most 9,999,999)"),
-        ("fair_share_weight: 2", "fair_share_weight: 100000", "teams[vision].fair_share_weight: 100000 is too large (at most 99,999)"),
-        ("fair_share_weight: 2", "fair_share_weight: 1e400", "teams[vision].fair_share_weight: '1e400' is too large (at most 99,999)"),
+        (
+            "hbm_gb: 80",
+            f"hbm_gb: {BIG}",
+            f"gpu_classes[h100-80gb].hbm_gb: {BIG[:40]}… (400 characters) is too large (at most 2,147,483,647)",
+        ),
+        (
+            "hbm_gb: 80",
+            "hbm_gb: 1e400",
+            "gpu_classes[h100-80gb].hbm_gb: '1e400' is not a whole number",
+        ),
+        (
+            "tier: 4",
+            "tier: -3000000000",
+            "gpu_classes[h100-80gb].tier: -3000000000 is too large (at most 2,147,483,647)",
+        ),
+        (
+            "{nominal: 8, borrowing_limit: 8}",
+            "{nominal: 1e400, borrowing_limit: 8}",
+            "teams[vision].quotas.h100-80gb.nominal: '1e400' is too large (at most 9,999,999)",
+        ),
+        (
+            "{nominal: 8, borrowing_limit: 8}",
+            "{nominal: '1e400/3', borrowing_limit: 8}",
+            "teams[vision].quotas.h100-80gb.nominal: '1e400/3' is not a number or a fraction like '3/7'",
+        ),
+        (
+            "{nominal: 8, borrowing_limit: 8}",
+            f"{{nominal: '{BIG}/3', borrowing_limit: 8}}",
+            f"teams[vision].quotas.h100-80gb.nominal: '{BIG[:39]}… (404 characters) is too large (at most 9,999,999)",
+        ),
+        (
+            "fair_share_weight: 2",
+            "fair_share_weight: 100000",
+            "teams[vision].fair_share_weight: 100000 is too large (at most 99,999)",
+        ),
+        (
+            "fair_share_weight: 2",
+            "fair_share_weight: 1e400",
+            "teams[vision].fair_share_weight: '1e400' is too large (at most 99,999)",
+        ),
     ],
 )
 def test_numbers_too_large_to_store_are_refused_naming_where(old, new, problem):
