@@ -32,7 +32,7 @@ from queues.admission.fit import Fit, Option, fit_class, hold
 from queues.admission.never import never_fits
 from queues.admission.plan import Admission, EstimatedStart, PendingStatus, Plan, Preemption
 from queues.admission.reasons import PendingReason, ReasonCode, span_text
-from queues.admission.snapshot import CapacityKind, JobId, Snapshot
+from queues.admission.snapshot import CapacityKind, JobId, PreemptionClass, Snapshot
 from queues.admission.state import Alloc, Pool, State, place, pods_nodes
 
 
@@ -46,6 +46,19 @@ class Shadow:
     pool: Pool
     extra: list[int]
     eq_extra: int
+
+
+@dataclass(slots=True)
+class QuotaShadow:
+    """The head-of-queue reservation of a team's first job blocked on a class by the team's
+    quota: from ``time`` it needs the quota its team's jobs free by then. Until then the team's
+    later jobs that would still run at ``time`` may take only ``total_room`` more of the team's
+    quota (and ``nominal_room`` more within nominal, when the blocked job needs nominal)."""
+
+    job_id: JobId
+    time: datetime
+    total_room: int
+    nominal_room: int | None
 
 
 @dataclass(slots=True)
@@ -65,6 +78,8 @@ class Pass:
     state: State
     dry_run: bool
     shadows: dict[str, Shadow] = field(default_factory=dict)
+    quota_shadows: dict[tuple[str, str], QuotaShadow] = field(default_factory=dict)
+    preempt: bool = True  # False in the forecast: it does not foresee preemptions
     fresh: set[JobId] = field(default_factory=set)
     admissions: list[Admission] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
@@ -150,14 +165,24 @@ def _consider(run: Pass, ask: Ask) -> None:
     outcome = Outcome(ask, reasons)
     if not reasons:
         # Every class would take it were it not for a shadow: a job ahead holds the capacity.
-        outcome.backfill_blocked_by = next(
-            (run.shadows[c].job_id for c in ask.classes if c in run.shadows), None
-        )
-    elif not run.dry_run and _preempt(run, ask, outcome):
+        outcome.backfill_blocked_by = _held_for(run, ask)
+    elif not run.dry_run and run.preempt and _preempt(run, ask, outcome):
         pass
     else:
         _maybe_shadow(run, ask)
     run.outcomes.append(outcome)
+
+
+def _held_for(run: Pass, ask: Ask) -> JobId | None:
+    """The job ahead whose head-of-queue reservation keeps ``ask`` from starting: a capacity
+    shadow on one of its classes, or its team's quota shadow."""
+    for gpu_class in ask.classes:
+        quota = run.quota_shadows.get((ask.job.team, gpu_class))
+        if quota is not None:
+            return quota.job_id
+        if gpu_class in run.shadows:
+            return run.shadows[gpu_class].job_id
+    return None
 
 
 def _probe_start(
@@ -246,6 +271,9 @@ def _fit(
     """``fit_class`` under the class's EASY shadow: a job that would still run at the shadow
     time may use only what the shadow job will not need."""
     state = run.state
+    options = _quota_guard(run, ask, gpu_class, options)
+    if not options:
+        return None
     if shadow is None or state.now + ask.runtime <= shadow.time:
         return fit_class(state, ask, gpu_class, options)
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
@@ -255,9 +283,39 @@ def _fit(
     return fit_class(state, ask, gpu_class, options, view, shadow.eq_extra)
 
 
+def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> list[Option]:
+    """``options`` without the quota ones that would delay the team's quota-blocked job ahead
+    (its ``QuotaShadow``): a job that ends before that job's time may use any quota."""
+    quota = run.quota_shadows.get((ask.job.team, gpu_class))
+    if quota is None or run.state.now + ask.runtime <= quota.time:
+        return options
+    demand = ask.demand[gpu_class]
+    kept = []
+    for option in options:
+        kind = option[0]
+        if kind is not CapacityKind.RESERVED:
+            if demand > quota.total_room:
+                continue
+            if kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
+                if demand > quota.nominal_room:
+                    continue
+        kept.append(option)
+    return kept
+
+
 def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc:
     state = run.state
     alloc = hold(state, ask, fit, start or state.now)
+    quota = run.quota_shadows.get((ask.job.team, fit.gpu_class))
+    if (
+        quota is not None
+        and fit.kind is not CapacityKind.RESERVED
+        and alloc.end > quota.time
+        and alloc.job_id != quota.job_id
+    ):
+        quota.total_room -= alloc.eq
+        if fit.kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
+            quota.nominal_room -= alloc.eq
     run.fresh.add(ask.job.id)
     borrowed = 0
     if fit.kind is CapacityKind.BORROWED:
@@ -341,7 +399,7 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
     if key in run.no_preempt:
         return False
     for gpu_class in ask.classes:
-        if gpu_class in run.shadows:
+        if gpu_class in run.shadows or (ask.job.team, gpu_class) in run.quota_shadows:
             continue
         options = [
             o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
@@ -464,29 +522,97 @@ def _duration(value: timedelta) -> str:
 
 
 def _maybe_shadow(run: Pass, ask: Ask) -> None:
-    """Give the first capacity-blocked job on a class its EASY shadow reservation."""
+    """Give the first job blocked on a class its head-of-queue reservation, whatever blocks it:
+    capacity (an EASY shadow on the class) or its team's quota (a quota shadow for the team on
+    the class, and the class's EASY shadow too when it has none yet)."""
     state = run.state
     for gpu_class in ask.classes:
-        if gpu_class in run.shadows:
-            continue
-        options = entitlement(state, ask, gpu_class)
-        if not options:
-            continue
         pool = state.pools.get((gpu_class, ask.mode, ask.profile))
         if pool is None:
             continue
-        shadow = _shadow_for(state, ask, gpu_class, pool, options[0])
-        if shadow is not None:
+        options = entitlement(state, ask, gpu_class)
+        if options:
+            if gpu_class in run.shadows:
+                continue
+            shadow = _shadow_for(state, ask, gpu_class, pool, options[0])
+            if shadow is not None:
+                run.shadows[gpu_class] = shadow
+                state.class_version[gpu_class] += 1
+                return
+            continue
+        key = (ask.job.team, gpu_class)
+        if key in run.quota_shadows or ask.queue.reservation_only:
+            continue
+        if not _open_to(state, ask, gpu_class):
+            continue
+        walk = _QuotaWalk.start(state, ask, gpu_class)
+        kind = CapacityKind.BORROWED if ask.queue.can_borrow else CapacityKind.NOMINAL
+        lend = ask.queue.can_borrow and ask.queue.preemption is PreemptionClass.PREEMPTIBLE
+        shadow = _shadow_for(state, ask, gpu_class, pool, (kind, None, lend), walk)
+        if shadow is None:
+            continue
+        run.quota_shadows[key] = walk.shadow(ask.job.id, shadow.time)
+        if gpu_class not in run.shadows:
             run.shadows[gpu_class] = shadow
-            state.class_version[gpu_class] += 1
+        state.class_version[gpu_class] += 1
+        return
+
+
+@dataclass(slots=True)
+class _QuotaWalk:
+    """The team's quota use of one class as its jobs end, for a quota-blocked job's shadow."""
+
+    team: str
+    demand: int
+    nominal: int
+    cap: int
+    needs_nominal: bool
+    held: int
+    total: int
+
+    @classmethod
+    def start(cls, state: State, ask: Ask, gpu_class: str) -> _QuotaWalk:
+        key = (ask.job.team, gpu_class)
+        nominal = state.nominal.get(key, 0)
+        held = state.nominal_jobs_eq.get(key, 0)
+        return cls(
+            team=ask.job.team,
+            demand=ask.demand[gpu_class],
+            nominal=nominal,
+            cap=nominal + state.borrow_limit.get(key, 0),
+            needs_nominal=not ask.queue.can_borrow,
+            held=held,
+            total=held + state.borrowed_jobs_eq.get(key, 0),
+        )
+
+    def ended(self, alloc: Alloc) -> None:
+        if alloc.team != self.team or alloc.kind is CapacityKind.RESERVED:
             return
+        self.total -= alloc.eq
+        if alloc.kind is CapacityKind.NOMINAL:
+            self.held -= alloc.eq
+
+    def fits(self) -> bool:
+        """The same rule as ``entitlement``: nominal within nominal, everything within the cap."""
+        if self.total + self.demand > self.cap:
+            return False
+        return not self.needs_nominal or self.held + self.demand <= self.nominal
+
+    def shadow(self, job_id: JobId, time: datetime) -> QuotaShadow:
+        nominal_room = self.nominal - self.held - self.demand if self.needs_nominal else None
+        return QuotaShadow(job_id, time, self.cap - self.total - self.demand, nominal_room)
 
 
 def _shadow_for(
-    state: State, ask: Ask, gpu_class: str, pool: Pool, option: Option
+    state: State,
+    ask: Ask,
+    gpu_class: str,
+    pool: Pool,
+    option: Option,
+    quota: _QuotaWalk | None = None,
 ) -> Shadow | None:
-    """Walk this class's running jobs by end time until ``ask`` would fit; None if it never
-    does with what is running now."""
+    """Walk this class's running jobs by end time until ``ask`` would fit (and, with ``quota``,
+    its team's quota would take it); None if it never does with what is running now."""
     shape = ask.shapes[gpu_class]
     demand = ask.demand[gpu_class]
     kind, rid, lend = option
@@ -506,7 +632,11 @@ def _shadow_for(
             for spot in alloc.spots:
                 if spot.pool is pool:
                     free[spot.local] += spot.devices
+            if quota is not None:
+                quota.ended(alloc)
         if demand > usable:
+            continue
+        if quota is not None and not quota.fits():
             continue
         placement = place(pool, shape, free)
         if placement is None:
