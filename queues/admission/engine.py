@@ -20,6 +20,8 @@ distinct shape rather than one per job.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -32,7 +34,14 @@ from queues.admission.fit import Fit, Option, fit_class, hold
 from queues.admission.never import never_fits
 from queues.admission.plan import Admission, EstimatedStart, PendingStatus, Plan, Preemption
 from queues.admission.reasons import PendingReason, ReasonCode, span_text
-from queues.admission.snapshot import CapacityKind, JobId, PreemptionClass, Snapshot
+from queues.admission.snapshot import (
+    NO_HISTORY,
+    CapacityKind,
+    Forecast,
+    JobId,
+    PreemptionClass,
+    Snapshot,
+)
 from queues.admission.state import Alloc, Pool, State, place, pods_nodes
 
 
@@ -80,6 +89,8 @@ class Pass:
     shadows: dict[str, Shadow] = field(default_factory=dict)
     quota_shadows: dict[tuple[str, str], QuotaShadow] = field(default_factory=dict)
     preempt: bool = True  # False in the forecast: it does not foresee preemptions
+    explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
+    no_shadow: set[tuple[Any, ...]] = field(default_factory=set)
     fresh: set[JobId] = field(default_factory=set)
     admissions: list[Admission] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
@@ -116,23 +127,239 @@ def plan(snapshot: Snapshot) -> Plan:
     for probe in probes[next_probe:]:
         if _probe_fits_now(run, probe):
             probe_now.add(probe.job.id)
-    starts, probe_starts = simulate(
-        state,
-        [
-            o.ask
-            for o in run.outcomes
-            if o.start is None and (not o.ask.static or o.ask.held_until is not None)
-        ],
-        [p for p in probes if p.job.id not in probe_now and not p.static],
-    )
+    waiting = [
+        o.ask
+        for o in run.outcomes
+        if o.start is None and (not o.ask.static or o.ask.held_until is not None)
+    ]
+    ghosts = [p for p in probes if p.job.id not in probe_now and not p.static]
+    starts, probe_starts = forecast(state, waiting, ghosts)
     probe_estimates = tuple(
-        (
-            probe.job.id,
-            _with_range(state, probe, _probe_start(state, probe, probe_now, probe_starts)),
-        )
+        (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))
         for probe in sorted(probes, key=lambda p: p.job.id)
     )
     return _assemble(run, starts, probe_estimates)
+
+
+# ---------------------------------------------------------------------- the forecast
+
+# Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
+# ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
+REPLAY_BUDGET = 10_000
+
+Scenario = Callable[[Forecast], float]
+SCENARIOS: tuple[tuple[str, Scenario], ...] = (
+    ("latest", lambda f: 1.0),
+    ("likely", lambda f: f.likely),
+    ("low", lambda f: f.low),
+    ("high", lambda f: f.high),
+)
+
+
+def forecast(
+    state: State, asks: Sequence[Ask], probes: Sequence[Ask]
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
+    (consumed).
+
+    Four replays of the engine's own policy forward in time, from the state the pass left: at
+    each moment something ends, opens or returns, the same pass (``_consider``: plan order,
+    head-of-queue reservations, backfill, gangs) runs again on the jobs still waiting, without
+    preemption and with nothing new arriving. They differ only in how long jobs run: their
+    runtime limits (``at``, the start at the latest), their predicted runtimes (``likely``), and
+    their 10th and 90th percentiles (the interval ``range_low``–``range_high``). With runtimes
+    equal to the limits and no new arrivals, each job starts when the first replay says.
+    """
+    snapshot = state.snapshot
+    forecasts: dict[JobId, Forecast] = {}
+    started: dict[JobId, tuple[datetime, timedelta]] = {}
+    for job in snapshot.running:
+        forecasts[job.id] = job.forecast or NO_HISTORY
+        started[job.id] = (job.started_at or state.now, job.runtime_limit)
+    for pending in snapshot.pending:
+        forecasts[pending.id] = pending.forecast or NO_HISTORY
+    results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
+    for index, (name, pick) in enumerate(SCENARIOS):
+        last = index == len(SCENARIOS) - 1
+        copy = state if last else _copy_state(state)
+
+        def ratio(job_id: JobId, pick: Scenario = pick) -> float:
+            return pick(forecasts.get(job_id, NO_HISTORY))
+
+        results[name] = _replay(copy, asks, probes, ratio, started)
+    state.now = snapshot.now
+    latest, probe_latest = results["latest"]
+    return (
+        {ask.job.id: _combine(ask.job.id, latest, results) for ask in asks},
+        {
+            probe.job.id: _combine(probe.job.id, probe_latest, results, probes=True)
+            for probe in probes
+        },
+    )
+
+
+def _copy_state(state: State) -> State:
+    """A fresh state with what ``state``'s pass did: its admissions held, its victims gone."""
+    copy = State(state.snapshot)
+    for job_id in [j for j in copy.allocs if j not in state.allocs]:
+        copy.give_back(copy.allocs[job_id])
+    for job_id, alloc in state.allocs.items():
+        if job_id in copy.allocs:
+            continue
+        spots = [
+            replace(spot, pool=copy.pools[(spot.pool.gpu_class, spot.pool.mode, spot.pool.profile)])
+            for spot in alloc.spots
+        ]
+        copy.take(replace(alloc, spots=spots))
+    return copy
+
+
+def _combine(
+    job_id: JobId,
+    latest: dict[JobId, EstimatedStart],
+    results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]],
+    *,
+    probes: bool = False,
+) -> EstimatedStart:
+    """The "at the latest" estimate with the likely start and the interval of the others: each
+    never later than the bound, the interval holding the likely start."""
+    bound = latest[job_id]
+    if bound.at is None:
+        return bound
+    at = bound.at
+
+    def start(name: str) -> datetime:
+        found = results[name][1 if probes else 0][job_id].at
+        return min(found, at) if found is not None else at
+
+    likely = start("likely")
+    return replace(
+        bound,
+        likely=likely,
+        range_low=min(start("low"), likely),
+        range_high=max(start("high"), likely),
+    )
+
+
+def _replay(
+    state: State,
+    asks: Sequence[Ask],
+    probes: Sequence[Ask],
+    ratio: Callable[[JobId], float],
+    started: dict[JobId, tuple[datetime, timedelta]],
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
+    now = state.now
+    events: list[tuple[datetime, int, int, object]] = []
+    sequence = 0
+
+    def push(when: datetime, kind: int, payload: object) -> None:
+        nonlocal sequence
+        sequence += 1
+        heapq.heappush(events, (when, kind, sequence, payload))
+
+    def finish(alloc: Alloc) -> datetime:
+        return _finish(alloc, ratio(alloc.job_id), started.get(alloc.job_id), state.now)
+
+    def runtime_of(ask: Ask) -> timedelta:
+        return ask.runtime * ratio(ask.job.id)
+
+    for alloc in state.allocs.values():
+        push(finish(alloc), _END, alloc)
+    for rid, reservation in state.reservations.items():
+        for when, active in ((reservation.start, True), (reservation.end, False)):
+            if when is not None and when > now:
+                push(when, _RESERVATION, (rid, active))
+    for index, node in enumerate(state.nodes):
+        if not state.node_eligible[index] and node.healthy and node.maintenance_until is not None:
+            push(max(now, node.maintenance_until), _NODE_BACK, index)
+    waiting: list[Ask] = []
+    for ask in asks:
+        if ask.held_until is not None:
+            push(max(now, ask.held_until), _HELD_ENDS, ask)
+        else:
+            waiting.append(ask)
+    ghosts = list(probes)
+    starts: dict[JobId, EstimatedStart] = {}
+    probe_starts: dict[JobId, EstimatedStart] = {}
+    budget = REPLAY_BUDGET
+    while (waiting or ghosts or any(e[1] == _HELD_ENDS for e in events)) and events:
+        if budget <= 0:
+            break
+        when = events[0][0]
+        joined = False
+        while events and events[0][0] == when:
+            _, kind, _, payload = heapq.heappop(events)
+            if kind == _END:
+                assert isinstance(payload, Alloc)
+                state.give_back(payload)
+            elif kind == _RESERVATION:
+                assert isinstance(payload, tuple)
+                state.set_reservation_active(payload[0], payload[1])
+            elif kind == _NODE_BACK:
+                assert isinstance(payload, int)
+                state.set_node_eligible(payload, True)
+            else:
+                assert isinstance(payload, Ask)
+                waiting.append(replace(payload, static=(), held_until=None))
+                joined = True
+        if joined:
+            waiting.sort(key=lambda a: (a.order, a.job.id))
+        state.now = when
+        run = Pass(state=state, dry_run=False, preempt=False, explain=False)
+        left: list[Ask] = []
+        next_ghost = 0
+        ghosts_left: list[Ask] = []
+        for ask in waiting:
+            while next_ghost < len(ghosts) and ghosts[next_ghost].order <= ask.order:
+                _ghost_check(run, ghosts[next_ghost], probe_starts, ghosts_left)
+                next_ghost += 1
+            admitted = len(run.admissions)
+            _consider(run, ask)
+            if len(run.admissions) > admitted:
+                alloc = state.allocs[ask.job.id]
+                starts[ask.job.id] = EstimatedStart(at=when, gpu_class=alloc.gpu_class)
+                push(when + runtime_of(ask), _END, alloc)
+            else:
+                left.append(ask)
+        for ghost in ghosts[next_ghost:]:
+            _ghost_check(run, ghost, probe_starts, ghosts_left)
+        budget -= len(waiting) + len(ghosts)
+        waiting, ghosts = left, ghosts_left
+    held = [e[3] for e in events if e[1] == _HELD_ENDS]
+    rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
+    if rest or ghosts:
+        # What the replay's budget did not reach: the per-class simulation from here on.
+        more, more_probes = simulate(state, rest, ghosts, finish, runtime_of)
+        starts.update(more)
+        probe_starts.update(more_probes)
+    return starts, probe_starts
+
+
+_END, _RESERVATION, _NODE_BACK, _HELD_ENDS = 0, 1, 2, 3
+
+
+def _ghost_check(
+    run: Pass, ghost: Ask, found: dict[JobId, EstimatedStart], left: list[Ask]
+) -> None:
+    if _probe_fits_now(run, ghost):
+        found[ghost.job.id] = EstimatedStart(at=run.state.now)
+    else:
+        left.append(ghost)
+
+
+def _finish(
+    alloc: Alloc, ratio: float, started: tuple[datetime, timedelta] | None, now: datetime
+) -> datetime:
+    """When a job holding GPUs is predicted to end if it runs ``ratio`` of its limit; one that
+    already ran longer than that is predicted to use the same share of the time it has left."""
+    if ratio >= 1 or started is None:
+        return alloc.end
+    start, limit = started
+    predicted = start + limit * ratio
+    if predicted > now:
+        return predicted
+    return now + (alloc.end - now) * ratio
 
 
 # ---------------------------------------------------------------------- the pass
@@ -158,7 +385,7 @@ def _consider(run: Pass, ask: Ask) -> None:
         if fit is not None:
             _admit(run, ask, fit)
             return
-    reasons = _class_reasons(run, ask)
+    reasons = _class_reasons(run, ask) if run.explain else _blocked(run, ask)
     if user_cause is not None:
         run.outcomes.append(Outcome(ask, [user_cause, *reasons]))
         return
@@ -189,7 +416,7 @@ def _probe_start(
     state: State, probe: Ask, started_now: set[JobId], simulated: dict[JobId, EstimatedStart]
 ) -> EstimatedStart:
     if probe.job.id in started_now:
-        return EstimatedStart(at=state.now)
+        return EstimatedStart(at=state.snapshot.now)
     if probe.static:
         return EstimatedStart(at=None, why_unknown=probe.static[0].message)
     return simulated[probe.job.id]
@@ -372,6 +599,26 @@ def _class_reasons(run: Pass, ask: Ask) -> list[PendingReason]:
     return reasons
 
 
+_SHADOWED = [PendingReason(ReasonCode.PRIORITY, "", {}, "")]
+
+
+def _blocked(run: Pass, ask: Ask) -> list[PendingReason]:
+    """What ``_class_reasons`` would say, as far as the pass's decisions go: nothing when a class
+    would take the job were it not for a head-of-queue reservation, a placeholder otherwise."""
+    key = ("blocked", ask.key, _versions(run.state, ask))
+    cached = run.causes.get(key)
+    if cached is None:
+        state = run.state
+        fits = any(
+            fit_class(state, ask, c, options) is not None
+            for c in ask.classes
+            if (options := entitlement(state, ask, c))
+        )
+        cached = [] if fits else [("", _SHADOWED)]
+        run.causes[key] = cached
+    return [] if not cached else _SHADOWED
+
+
 def _open_to(state: State, ask: Ask, gpu_class: str) -> bool:
     if state.holder_reservations(ask.job.team, ask.queue.name, gpu_class):
         return True
@@ -526,6 +773,10 @@ def _maybe_shadow(run: Pass, ask: Ask) -> None:
     capacity (an EASY shadow on the class) or its team's quota (a quota shadow for the team on
     the class, and the class's EASY shadow too when it has none yet)."""
     state = run.state
+    tried = (ask.key, _versions(state, ask))
+    if tried in run.no_shadow:
+        return
+    run.no_shadow.add(tried)
     for gpu_class in ask.classes:
         pool = state.pools.get((gpu_class, ask.mode, ask.profile))
         if pool is None:
@@ -683,8 +934,6 @@ def _assemble(
             estimate = EstimatedStart(at=None, why_unknown=outcome.reasons[0].message)
         else:
             estimate = starts[job_id]
-        if not ask.static and not never:  # past waits say nothing of a job that can't run yet
-            estimate = _with_range(state, ask, estimate)
         reasons = _binding_class_first(list(outcome.reasons), estimate.gpu_class)
         priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)
         if outcome.would_admit:
@@ -774,18 +1023,4 @@ def _unschedulable_reason(message: str) -> PendingReason:
         f"admitted, but the cluster's scheduler cannot place a pod: {message}",
         {"scheduler_message": message},
         "",
-    )
-
-
-def _with_range(state: State, ask: Ask, estimate: EstimatedStart) -> EstimatedStart:
-    waits = sorted(ask.queue.recent_waits)
-    if not waits:
-        return estimate
-    p50 = waits[(len(waits) - 1) // 2]
-    p90 = waits[min(len(waits) - 1, (len(waits) * 9) // 10)]
-    submitted = ask.job.submitted_at
-    return replace(
-        estimate,
-        range_low=max(state.now, submitted + p50),
-        range_high=max(state.now, submitted + p90),
     )
