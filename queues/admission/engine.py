@@ -166,9 +166,10 @@ def forecast(
     each moment something ends, opens or returns, the same pass (``_consider``: plan order,
     head-of-queue reservations, backfill, gangs) runs again on the jobs still waiting, without
     preemption and with nothing new arriving. They differ only in how long jobs run: their
-    runtime limits (``at``, the start at the latest), their predicted runtimes (``likely``), and
-    their 10th and 90th percentiles (the interval ``range_low``–``range_high``). With runtimes
-    equal to the limits and no new arrivals, each job starts when the first replay says.
+    runtime limits, their predicted runtimes (``likely``), and their 10th and 90th percentiles
+    (the interval ``range_low``–``range_high``); ``at`` is the latest of the four (see
+    ``_combine``). With runtimes equal to the limits and nothing new arriving, each job starts
+    when the first replay says: exactly ``at`` when no job has runtime history.
     """
     snapshot = state.snapshot
     forecasts: dict[JobId, Forecast] = {}
@@ -221,24 +222,18 @@ def _combine(
     *,
     probes: bool = False,
 ) -> EstimatedStart:
-    """The "at the latest" estimate with the likely start and the interval of the others: each
-    never later than the bound, the interval holding the likely start."""
+    """The estimate from the four replays: ``at`` the latest start of any (with backfill a job
+    that ends early may let a gang go first and push a small job back, so the start when every
+    job runs to its limit is not always the latest), ``likely`` the predicted one, and the
+    interval from the 10th and 90th percentile replays, holding ``likely``."""
     bound = latest[job_id]
     if bound.at is None:
         return bound
-    at = bound.at
-
-    def start(name: str) -> datetime:
-        found = results[name][1 if probes else 0][job_id].at
-        return min(found, at) if found is not None else at
-
-    likely = start("likely")
-    return replace(
-        bound,
-        likely=likely,
-        range_low=min(start("low"), likely),
-        range_high=max(start("high"), likely),
-    )
+    found = {name: results[name][1 if probes else 0][job_id].at or bound.at for name in results}
+    likely = found["likely"]
+    low = min(found["low"], likely)
+    high = max(found["high"], likely)
+    return replace(bound, at=max(bound.at, high), likely=likely, range_low=low, range_high=high)
 
 
 def _replay(
@@ -250,6 +245,7 @@ def _replay(
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
     now = state.now
+    started = dict(started)  # and when the replay starts each job
     events: list[tuple[datetime, int, int, object]] = []
     sequence = 0
 
@@ -259,7 +255,9 @@ def _replay(
         heapq.heappush(events, (when, kind, sequence, payload))
 
     def finish(alloc: Alloc) -> datetime:
-        return _finish(alloc, ratio(alloc.job_id), started.get(alloc.job_id), state.now)
+        # a job this plan admits starts now and runs to ``alloc.end`` at the latest
+        since = started.get(alloc.job_id) or (now, alloc.end - now)
+        return _finish(alloc, ratio(alloc.job_id), since, state.now)
 
     def runtime_of(ask: Ask) -> timedelta:
         return ask.runtime * ratio(ask.job.id)
@@ -319,6 +317,7 @@ def _replay(
             if len(run.admissions) > admitted:
                 alloc = state.allocs[ask.job.id]
                 starts[ask.job.id] = EstimatedStart(at=when, gpu_class=alloc.gpu_class)
+                started[ask.job.id] = (when, ask.runtime)
                 push(when + runtime_of(ask), _END, alloc)
             else:
                 left.append(ask)
@@ -349,11 +348,11 @@ def _ghost_check(
 
 
 def _finish(
-    alloc: Alloc, ratio: float, started: tuple[datetime, timedelta] | None, now: datetime
+    alloc: Alloc, ratio: float, started: tuple[datetime, timedelta], now: datetime
 ) -> datetime:
     """When a job holding GPUs is predicted to end if it runs ``ratio`` of its limit; one that
     already ran longer than that is predicted to use the same share of the time it has left."""
-    if ratio >= 1 or started is None:
+    if ratio >= 1:
         return alloc.end
     start, limit = started
     predicted = start + limit * ratio
@@ -523,9 +522,9 @@ def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> 
         if kind is not CapacityKind.RESERVED:
             if demand > quota.total_room:
                 continue
-            if kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
-                if demand > quota.nominal_room:
-                    continue
+            nominal_room = quota.nominal_room
+            if kind is CapacityKind.NOMINAL and nominal_room is not None and demand > nominal_room:
+                continue
         kept.append(option)
     return kept
 
