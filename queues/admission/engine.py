@@ -88,6 +88,9 @@ class Pass:
     dry_run: bool
     shadows: dict[str, Shadow] = field(default_factory=dict)
     quota_shadows: dict[tuple[str, str], QuotaShadow] = field(default_factory=dict)
+    # A team's first quota-blocked job per class whose shadow is not computed yet: it is, the
+    # first time a later job of that team might take the class's quota (most never do).
+    quota_heads: dict[tuple[str, str], Ask] = field(default_factory=dict)
     preempt: bool = True  # False in the forecast: it does not foresee preemptions
     explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
     no_shadow: set[tuple[Any, ...]] = field(default_factory=set)
@@ -391,7 +394,7 @@ def _consider(run: Pass, ask: Ask) -> None:
     outcome = Outcome(ask, reasons)
     if not reasons:
         # Every class would take it were it not for a shadow: a job ahead holds the capacity.
-        outcome.backfill_blocked_by = _held_for(run, ask)
+        outcome.backfill_blocked_by = _held_for(run, ask) if run.explain else None
     elif not run.dry_run and run.preempt and _preempt(run, ask, outcome):
         pass
     else:
@@ -403,7 +406,7 @@ def _held_for(run: Pass, ask: Ask) -> JobId | None:
     """The job ahead whose head-of-queue reservation keeps ``ask`` from starting: a capacity
     shadow on one of its classes, or its team's quota shadow."""
     for gpu_class in ask.classes:
-        quota = run.quota_shadows.get((ask.job.team, gpu_class))
+        quota = _quota_shadow(run, (ask.job.team, gpu_class))
         if quota is not None:
             return quota.job_id
         if gpu_class in run.shadows:
@@ -512,7 +515,9 @@ def _fit(
 def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> list[Option]:
     """``options`` without the quota ones that would delay the team's quota-blocked job ahead
     (its ``QuotaShadow``): a job that ends before that job's time may use any quota."""
-    quota = run.quota_shadows.get((ask.job.team, gpu_class))
+    if all(option[0] is CapacityKind.RESERVED for option in options):
+        return options
+    quota = _quota_shadow(run, (ask.job.team, gpu_class))
     if quota is None or run.state.now + ask.runtime <= quota.time:
         return options
     demand = ask.demand[gpu_class]
@@ -527,6 +532,27 @@ def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> 
                 continue
         kept.append(option)
     return kept
+
+
+def _quota_shadow(run: Pass, key: tuple[str, str]) -> QuotaShadow | None:
+    """The team's quota shadow on the class, computed now if its head job waits for it."""
+    head = run.quota_heads.pop(key, None)
+    if head is not None:
+        # The class's capacity is held by its EASY shadow; protect the quota from when the
+        # team's jobs free enough of it (never later than the head can start: safe, and
+        # cheaper than walking the class's capacity too).
+        walk = _QuotaWalk.start(run.state, head, key[1])
+        when = run.state.now
+        for end, alloc, _ in _class_ends(run.state, key[1]):
+            if walk.fits():
+                break
+            if alloc.team == walk.team:
+                walk.ended(alloc)
+                when = end
+        if walk.fits():
+            run.quota_shadows[key] = walk.shadow(head.job.id, when)
+            run.state.class_version[key[1]] += 1
+    return run.quota_shadows.get(key)
 
 
 def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc:
@@ -645,7 +671,8 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
     if key in run.no_preempt:
         return False
     for gpu_class in ask.classes:
-        if gpu_class in run.shadows or (ask.job.team, gpu_class) in run.quota_shadows:
+        key = (ask.job.team, gpu_class)
+        if gpu_class in run.shadows or key in run.quota_shadows or key in run.quota_heads:
             continue
         options = [
             o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
@@ -772,7 +799,9 @@ def _maybe_shadow(run: Pass, ask: Ask) -> None:
     capacity (an EASY shadow on the class) or its team's quota (a quota shadow for the team on
     the class, and the class's EASY shadow too when it has none yet)."""
     state = run.state
-    tried = (ask.key, _versions(state, ask))
+    # Whether a shadow can be found depends on what is held, and on the shadows already set
+    # (a class or team that has one is skipped): a job like one that found none finds none.
+    tried = (ask.key, state.changes, len(run.shadows), len(run.quota_shadows))
     if tried in run.no_shadow:
         return
     run.no_shadow.add(tried)
@@ -791,21 +820,35 @@ def _maybe_shadow(run: Pass, ask: Ask) -> None:
                 return
             continue
         key = (ask.job.team, gpu_class)
-        if key in run.quota_shadows or ask.queue.reservation_only:
+        if key in run.quota_shadows or key in run.quota_heads or ask.queue.reservation_only:
             continue
         if not _open_to(state, ask, gpu_class):
             continue
-        walk = _QuotaWalk.start(state, ask, gpu_class)
-        kind = CapacityKind.BORROWED if ask.queue.can_borrow else CapacityKind.NOMINAL
-        lend = ask.queue.can_borrow and ask.queue.preemption is PreemptionClass.PREEMPTIBLE
-        shadow = _shadow_for(state, ask, gpu_class, pool, (kind, None, lend), walk)
-        if shadow is None:
-            continue
-        run.quota_shadows[key] = walk.shadow(ask.job.id, shadow.time)
-        if gpu_class not in run.shadows:
-            run.shadows[gpu_class] = shadow
-        state.class_version[gpu_class] += 1
-        return
+        if gpu_class in run.shadows:
+            # the class's capacity is held already: the team's quota shadow waits until needed
+            run.quota_heads[key] = ask
+            state.class_version[gpu_class] += 1
+            return
+        if _set_quota_shadow(run, ask, gpu_class):
+            return
+
+
+def _set_quota_shadow(run: Pass, ask: Ask, gpu_class: str) -> bool:
+    """Give quota-blocked ``ask`` its team's quota shadow on the class (and the class's EASY
+    shadow when it has none); False when what runs now never frees enough for it."""
+    state = run.state
+    pool = state.pools[(gpu_class, ask.mode, ask.profile)]
+    walk = _QuotaWalk.start(state, ask, gpu_class)
+    kind = CapacityKind.BORROWED if ask.queue.can_borrow else CapacityKind.NOMINAL
+    lend = ask.queue.can_borrow and ask.queue.preemption is PreemptionClass.PREEMPTIBLE
+    shadow = _shadow_for(state, ask, gpu_class, pool, (kind, None, lend), walk)
+    if shadow is None:
+        return False
+    run.quota_shadows[(ask.job.team, gpu_class)] = walk.shadow(ask.job.id, shadow.time)
+    if gpu_class not in run.shadows:
+        run.shadows[gpu_class] = shadow
+    state.class_version[gpu_class] += 1
+    return True
 
 
 @dataclass(slots=True)
@@ -853,6 +896,21 @@ class _QuotaWalk:
         return QuotaShadow(job_id, time, self.cap - self.total - self.demand, nominal_room)
 
 
+def _class_ends(state: State, gpu_class: str) -> list[tuple[datetime, Alloc, int]]:
+    """The class's jobs by end time with the GPU-eq each holds on eligible nodes, kept for as
+    long as the class does not change (every shadow of a pass walks it)."""
+    key = ("ends", gpu_class, state.changes)
+    cached = state.memo.get(key)
+    if cached is None:
+        cached = [
+            (a.end, a, sum(s.eq for s in a.spots if s.pool.eligible[s.local]))
+            for a in sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
+        ]
+        state.memo[key] = cached
+    assert isinstance(cached, list)
+    return cached
+
+
 def _shadow_for(
     state: State,
     ask: Ask,
@@ -869,16 +927,16 @@ def _shadow_for(
     own = state.holder_reservations(ask.job.team, ask.queue.name, gpu_class)
     usable = state.usable(gpu_class, kind, rid, lend, own)
     free = list(pool.free)
-    ends = sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
+    ends = _class_ends(state, gpu_class)
     index = 0
     while index < len(ends):
-        when = ends[index].end
-        while index < len(ends) and ends[index].end == when:
-            alloc = ends[index]
+        when = ends[index][0]
+        while index < len(ends) and ends[index][0] == when:
+            _, alloc, eligible_eq = ends[index]
             index += 1
             holds_reserved = alloc.kind is CapacityKind.RESERVED and alloc.reservation_id != rid
             if not holds_reserved:
-                usable += sum(s.eq for s in alloc.spots if s.pool.eligible[s.local])
+                usable += eligible_eq
             for spot in alloc.spots:
                 if spot.pool is pool:
                     free[spot.local] += spot.devices
