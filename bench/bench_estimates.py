@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +275,12 @@ def run(jobs: int, seed: int) -> tuple[list[Record], dict[int, float | None], fl
                 record.queue_wait = wait
             fresh = []
         pending = Job.objects.filter(state="pending").values_list(
-            "id", "likely_start", "estimated_start", "start_range_low", "start_range_high", "position"
+            "id",
+            "likely_start",
+            "estimated_start",
+            "start_range_low",
+            "start_range_high",
+            "position",
         )
         for job_id, likely, latest, low, high, position in pending:
             record = by_id[job_id]
@@ -283,9 +288,10 @@ def run(jobs: int, seed: int) -> tuple[list[Record], dict[int, float | None], fl
             record.seen.append(
                 Seen(now, stamp(likely), stamp(latest), stamp(low), stamp(high), position)
             )
-        if cursor >= len(planned) and not Job.objects.exclude(
-            state__in=("succeeded", "failed", "cancelled")
-        ).exists():
+        if (
+            cursor >= len(planned)
+            and not Job.objects.exclude(state__in=("succeeded", "failed", "cancelled")).exists()
+        ):
             break
         clock.advance(PERIOD)
     # the first reading of each job through the API itself (the same fields, serialized)
@@ -329,9 +335,7 @@ def score(records: list[Record], started: dict[int, float | None], mean_runtime:
             if seen.likely is not None:
                 table.setdefault("likely", []).append(relative(seen.likely, actual, seen.at))
             if seen.latest is not None:
-                table.setdefault("at the latest", []).append(
-                    relative(seen.latest, actual, seen.at)
-                )
+                table.setdefault("at the latest", []).append(relative(seen.latest, actual, seen.at))
                 broken[moment].append(actual - seen.latest)
             if seen.low is not None and seen.high is not None:
                 coverage[moment].append(seen.low - PERIOD <= actual <= seen.high + PERIOD)
@@ -363,10 +367,11 @@ def score(records: list[Record], started: dict[int, float | None], mean_runtime:
     for moment in ("submit", "halfway"):
         covered = coverage[moment]
         late = [b for b in broken[moment] if b > PERIOD]
+        share = 100 * sum(covered) / max(1, len(covered))
         lines.append(
             f"- {moment}: interval held the real start (± one reconcile period) for "
-            f"{sum(covered)} of {len(covered)} jobs ({100 * sum(covered) / max(1, len(covered)):.0f} %); "
-            f"started more than one period after \"at the latest\": {len(late)} "
+            f"{sum(covered)} of {len(covered)} jobs ({share:.0f} %); "
+            f'started more than one period after "at the latest": {len(late)} '
             f"(worst {max(broken[moment], default=0):.0f} s)"
         )
     return "\n".join(lines)
@@ -378,10 +383,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--output")
     args = parser.parse_args()
-    try:
-        records, started, mean_runtime, cycles = run(args.jobs, args.seed)
-    finally:
-        pass
+    records, started, mean_runtime, cycles = run(args.jobs, args.seed)
     machine = f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
     text = "\n".join(
         [

@@ -285,7 +285,7 @@ def _replay(
     probe_starts: dict[JobId, EstimatedStart] = {}
     budget = REPLAY_BUDGET
     while (waiting or ghosts or any(e[1] == _HELD_ENDS for e in events)) and events:
-        if budget <= 0:
+        if len(waiting) + len(ghosts) > budget:
             break
         when = events[0][0]
         joined = False
@@ -664,15 +664,16 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
     its nominal quota. Victims are jobs of graceful/preemptible queues that are borrowed (any
     team: lenders reclaim, while that team uses more than its nominal quota, see
     ``_reclaimable``) or belong to the same team with lower priority. Never in a class where
-    a job ahead waits on an EASY shadow: that job counts on those jobs' capacity.
+    a job ahead waits on an EASY shadow, or on the team's quota shadow: that job counts on
+    those jobs' capacity.
     """
     state = run.state
     key = (ask.key, _versions(state, ask))
     if key in run.no_preempt:
         return False
     for gpu_class in ask.classes:
-        key = (ask.job.team, gpu_class)
-        if gpu_class in run.shadows or key in run.quota_shadows or key in run.quota_heads:
+        held = (ask.job.team, gpu_class)
+        if gpu_class in run.shadows or held in run.quota_shadows or held in run.quota_heads:
             continue
         options = [
             o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
