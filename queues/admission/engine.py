@@ -77,6 +77,7 @@ class Outcome:
     ask: Ask
     reasons: list[PendingReason]
     backfill_blocked_by: JobId | None = None
+    held_quota: bool = False  # blocked by its team's quota shadow, not a class's
     preempting: tuple[JobId, ...] = ()
     start: datetime | None = None
     would_admit: bool = False
@@ -394,7 +395,8 @@ def _consider(run: Pass, ask: Ask) -> None:
     outcome = Outcome(ask, reasons)
     if not reasons:
         # Every class would take it were it not for a shadow: a job ahead holds the capacity.
-        outcome.backfill_blocked_by = _held_for(run, ask) if run.explain else None
+        if run.explain:
+            outcome.backfill_blocked_by, outcome.held_quota = _held_for(run, ask)
     elif not run.dry_run and run.preempt and _preempt(run, ask, outcome):
         pass
     else:
@@ -402,16 +404,18 @@ def _consider(run: Pass, ask: Ask) -> None:
     run.outcomes.append(outcome)
 
 
-def _held_for(run: Pass, ask: Ask) -> JobId | None:
-    """The job ahead whose head-of-queue reservation keeps ``ask`` from starting: a capacity
-    shadow on one of its classes, or its team's quota shadow."""
+def _held_for(run: Pass, ask: Ask) -> tuple[JobId | None, bool]:
+    """The job ahead whose head-of-queue reservation keeps ``ask`` from starting, and whether
+    it is its team's quota shadow (True) or a class's capacity shadow."""
+    end = run.state.now + ask.runtime
     for gpu_class in ask.classes:
         quota = _quota_shadow(run, (ask.job.team, gpu_class))
-        if quota is not None:
-            return quota.job_id
-        if gpu_class in run.shadows:
-            return run.shadows[gpu_class].job_id
-    return None
+        if quota is not None and end > quota.time:
+            return quota.job_id, True
+        shadow = run.shadows.get(gpu_class)
+        if shadow is not None and end > shadow.time:
+            return shadow.job_id, False
+    return None, False
 
 
 def _probe_start(
@@ -1050,8 +1054,9 @@ def _priority_reason(
         "queue_length": length,
     }
     if outcome.backfill_blocked_by is not None:
+        held = "its team's free quota is" if outcome.held_quota else "the free GPUs are"
         message += (
-            f"; the free GPUs are held for job {outcome.backfill_blocked_by} ahead of it, "
+            f"; {held} held for job {outcome.backfill_blocked_by} ahead of it, "
             "which starting this job would delay"
         )
         details["held_for_job"] = outcome.backfill_blocked_by

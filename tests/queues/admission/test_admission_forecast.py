@@ -209,3 +209,44 @@ def test_on_a_fixed_replay_the_interval_holds_at_least_80_percent_of_the_real_st
     assert sum(inside) / len(inside) >= 0.8, (sum(inside), len(inside))
     # and never later than the bound
     assert all(started[s.job_id] <= s.estimated_start.at for s in waiting)  # type: ignore[operator]
+
+
+def test_a_job_kept_back_by_its_teams_quota_shadow_is_told_whose_start_it_would_delay() -> None:
+    # nlp holds 8 of its 16 (job 1, ending in 20 min); its 2 × 8 gang needs all 16, so it waits
+    # on the quota; a 30-minute 4-GPU job behind it would still hold quota at the gang's time.
+    result = plan(
+        snapshot(
+            nodes=[node(f"n{i}") for i in range(4)],
+            queues=QUEUES,
+            teams=[team("nlp", {H100: 16})],
+            running=[
+                running(
+                    1,
+                    "nlp",
+                    "n0",
+                    gpus=8,
+                    started=timedelta(minutes=10),
+                    runtime=timedelta(minutes=30),
+                )
+            ],
+            pending=[
+                pending(10, "nlp", gpus=8, pods=2, waited=timedelta(minutes=5)),
+                pending(
+                    11,
+                    "nlp",
+                    gpus=4,
+                    waited=timedelta(minutes=4),
+                    runtime_limit=timedelta(minutes=30),
+                ),
+            ],
+        )
+    )
+    assert result.admissions == ()
+    small = result.status(11)
+    assert small is not None
+    assert small.binding.code.value == "Priority"
+    assert small.binding.message == (
+        "position 2 of 2 in queue training; its team's free quota is held for job 10 ahead of "
+        "it, which starting this job would delay"
+    )
+    assert small.binding.details["held_for_job"] == 10
