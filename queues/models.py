@@ -621,9 +621,20 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     failure_reason = models.CharField(max_length=300, blank=True)
     pending_reasons = models.JSONField(default=list, blank=True)
-    estimated_start = models.DateTimeField(null=True, blank=True)
+    estimated_start = models.DateTimeField(
+        null=True, blank=True, help_text="The start at the latest: every job runs to its limit."
+    )
+    likely_start = models.DateTimeField(
+        null=True, blank=True, help_text="The start when jobs run their predicted runtimes."
+    )
+    start_range_low = models.DateTimeField(
+        null=True, blank=True, help_text="The start when jobs run their 10th-percentile runtimes."
+    )
+    start_range_high = models.DateTimeField(
+        null=True, blank=True, help_text="The start when jobs run their 90th-percentile runtimes."
+    )
     estimated_start_note = models.CharField(
-        max_length=300, blank=True, help_text="Why the start is unknown, or the range from history."
+        max_length=300, blank=True, help_text="Why the start is unknown."
     )
     position = models.PositiveIntegerField(null=True, blank=True)
     queue_length = models.PositiveIntegerField(null=True, blank=True)
@@ -822,11 +833,13 @@ class ClusterStatus(models.Model):
 
 class QueueEstimate(models.Model):
     """When a queue's default job would start for a team now (1 GPU-equivalent, default runtime,
-    cheapest allowed class), as the last reconcile's forward simulation bounds it."""
+    cheapest allowed class), from the last reconcile's forecast: at the latest
+    (``estimated_start``) and likely (``likely_start``), the same prediction as the jobs'."""
 
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="estimates")
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="queue_estimates")
     estimated_start = models.DateTimeField(null=True, blank=True)
+    likely_start = models.DateTimeField(null=True, blank=True)
     note = models.CharField(max_length=300, blank=True)
     computed_at = models.DateTimeField()
 

@@ -24,7 +24,9 @@ from queues.admission.plan import (
 from queues.admission.probes import PROBE_USER, default_probe
 from queues.admission.reasons import PendingReason, ReasonCode
 from queues.admission.snapshot import (
+    NO_HISTORY,
     CapacityKind,
+    Forecast,
     GpuClass,
     MaintenanceState,
     MigSlots,
@@ -42,6 +44,7 @@ from queues.admission.snapshot import (
 )
 
 __all__ = [
+    "NO_HISTORY",
     "PROBE_USER",
     "Admission",
     "Alternative",
@@ -49,6 +52,7 @@ __all__ = [
     "CapacityKind",
     "EstimatedStart",
     "Explanation",
+    "Forecast",
     "GpuClass",
     "GpuClassSpec",
     "MaintenanceState",

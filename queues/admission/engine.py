@@ -20,6 +20,8 @@ distinct shape rather than one per job.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -32,7 +34,14 @@ from queues.admission.fit import Fit, Option, fit_class, hold
 from queues.admission.never import never_fits
 from queues.admission.plan import Admission, EstimatedStart, PendingStatus, Plan, Preemption
 from queues.admission.reasons import PendingReason, ReasonCode, span_text
-from queues.admission.snapshot import CapacityKind, JobId, Snapshot
+from queues.admission.snapshot import (
+    NO_HISTORY,
+    CapacityKind,
+    Forecast,
+    JobId,
+    PreemptionClass,
+    Snapshot,
+)
 from queues.admission.state import Alloc, Pool, State, place, pods_nodes
 
 
@@ -49,12 +58,26 @@ class Shadow:
 
 
 @dataclass(slots=True)
+class QuotaShadow:
+    """The head-of-queue reservation of a team's first job blocked on a class by the team's
+    quota: from ``time`` it needs the quota its team's jobs free by then. Until then the team's
+    later jobs that would still run at ``time`` may take only ``total_room`` more of the team's
+    quota (and ``nominal_room`` more within nominal, when the blocked job needs nominal)."""
+
+    job_id: JobId
+    time: datetime
+    total_room: int
+    nominal_room: int | None
+
+
+@dataclass(slots=True)
 class Outcome:
     """What the pass decided for one pending job that it did not admit."""
 
     ask: Ask
     reasons: list[PendingReason]
     backfill_blocked_by: JobId | None = None
+    held_quota: bool = False  # blocked by its team's quota shadow, not a class's
     preempting: tuple[JobId, ...] = ()
     start: datetime | None = None
     would_admit: bool = False
@@ -65,6 +88,13 @@ class Pass:
     state: State
     dry_run: bool
     shadows: dict[str, Shadow] = field(default_factory=dict)
+    quota_shadows: dict[tuple[str, str], QuotaShadow] = field(default_factory=dict)
+    # A team's first quota-blocked job per class whose shadow is not computed yet: it is, the
+    # first time a later job of that team might take the class's quota (most never do).
+    quota_heads: dict[tuple[str, str], Ask] = field(default_factory=dict)
+    preempt: bool = True  # False in the forecast: it does not foresee preemptions
+    explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
+    no_shadow: set[tuple[Any, ...]] = field(default_factory=set)
     fresh: set[JobId] = field(default_factory=set)
     admissions: list[Admission] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
@@ -101,23 +131,238 @@ def plan(snapshot: Snapshot) -> Plan:
     for probe in probes[next_probe:]:
         if _probe_fits_now(run, probe):
             probe_now.add(probe.job.id)
-    starts, probe_starts = simulate(
-        state,
-        [
-            o.ask
-            for o in run.outcomes
-            if o.start is None and (not o.ask.static or o.ask.held_until is not None)
-        ],
-        [p for p in probes if p.job.id not in probe_now and not p.static],
-    )
+    waiting = [
+        o.ask
+        for o in run.outcomes
+        if o.start is None and (not o.ask.static or o.ask.held_until is not None)
+    ]
+    ghosts = [p for p in probes if p.job.id not in probe_now and not p.static]
+    starts, probe_starts = forecast(state, waiting, ghosts)
     probe_estimates = tuple(
-        (
-            probe.job.id,
-            _with_range(state, probe, _probe_start(state, probe, probe_now, probe_starts)),
-        )
+        (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))
         for probe in sorted(probes, key=lambda p: p.job.id)
     )
     return _assemble(run, starts, probe_estimates)
+
+
+# ---------------------------------------------------------------------- the forecast
+
+# Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
+# ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
+REPLAY_BUDGET = 10_000
+
+Scenario = Callable[[Forecast], float]
+SCENARIOS: tuple[tuple[str, Scenario], ...] = (
+    ("latest", lambda f: 1.0),
+    ("likely", lambda f: f.likely),
+    ("low", lambda f: f.low),
+    ("high", lambda f: f.high),
+)
+
+
+def forecast(
+    state: State, asks: Sequence[Ask], probes: Sequence[Ask]
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
+    (consumed).
+
+    Four replays of the engine's own policy forward in time, from the state the pass left: at
+    each moment something ends, opens or returns, the same pass (``_consider``: plan order,
+    head-of-queue reservations, backfill, gangs) runs again on the jobs still waiting, without
+    preemption and with nothing new arriving. They differ only in how long jobs run: their
+    runtime limits, their predicted runtimes (``likely``), and their 10th and 90th percentiles
+    (the interval ``range_low``–``range_high``); ``at`` is the latest of the four (see
+    ``_combine``). With runtimes equal to the limits and nothing new arriving, each job starts
+    when the first replay says: exactly ``at`` when no job has runtime history.
+    """
+    snapshot = state.snapshot
+    forecasts: dict[JobId, Forecast] = {}
+    started: dict[JobId, tuple[datetime, timedelta]] = {}
+    for job in snapshot.running:
+        forecasts[job.id] = job.forecast or NO_HISTORY
+        started[job.id] = (job.started_at or state.now, job.runtime_limit)
+    for pending in snapshot.pending:
+        forecasts[pending.id] = pending.forecast or NO_HISTORY
+    results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
+    for index, (name, pick) in enumerate(SCENARIOS):
+        last = index == len(SCENARIOS) - 1
+        copy = state if last else _copy_state(state)
+
+        def ratio(job_id: JobId, pick: Scenario = pick) -> float:
+            return pick(forecasts.get(job_id, NO_HISTORY))
+
+        results[name] = _replay(copy, asks, probes, ratio, started)
+    state.now = snapshot.now
+    latest, probe_latest = results["latest"]
+    return (
+        {ask.job.id: _combine(ask.job.id, latest, results) for ask in asks},
+        {
+            probe.job.id: _combine(probe.job.id, probe_latest, results, probes=True)
+            for probe in probes
+        },
+    )
+
+
+def _copy_state(state: State) -> State:
+    """A fresh state with what ``state``'s pass did: its admissions held, its victims gone."""
+    copy = State(state.snapshot)
+    for job_id in [j for j in copy.allocs if j not in state.allocs]:
+        copy.give_back(copy.allocs[job_id])
+    for job_id, alloc in state.allocs.items():
+        if job_id in copy.allocs:
+            continue
+        spots = [
+            replace(spot, pool=copy.pools[(spot.pool.gpu_class, spot.pool.mode, spot.pool.profile)])
+            for spot in alloc.spots
+        ]
+        copy.take(replace(alloc, spots=spots))
+    return copy
+
+
+def _combine(
+    job_id: JobId,
+    latest: dict[JobId, EstimatedStart],
+    results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]],
+    *,
+    probes: bool = False,
+) -> EstimatedStart:
+    """The estimate from the four replays: ``at`` the latest start of any (with backfill a job
+    that ends early may let a gang go first and push a small job back, so the start when every
+    job runs to its limit is not always the latest), ``likely`` the predicted one, and the
+    interval from the 10th and 90th percentile replays, holding ``likely``."""
+    bound = latest[job_id]
+    if bound.at is None:
+        return bound
+    found = {name: results[name][1 if probes else 0][job_id].at or bound.at for name in results}
+    likely = found["likely"]
+    low = min(found["low"], likely)
+    high = max(found["high"], likely)
+    return replace(bound, at=max(bound.at, high), likely=likely, range_low=low, range_high=high)
+
+
+def _replay(
+    state: State,
+    asks: Sequence[Ask],
+    probes: Sequence[Ask],
+    ratio: Callable[[JobId], float],
+    started: dict[JobId, tuple[datetime, timedelta]],
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
+    now = state.now
+    started = dict(started)  # and when the replay starts each job
+    events: list[tuple[datetime, int, int, object]] = []
+    sequence = 0
+
+    def push(when: datetime, kind: int, payload: object) -> None:
+        nonlocal sequence
+        sequence += 1
+        heapq.heappush(events, (when, kind, sequence, payload))
+
+    def finish(alloc: Alloc) -> datetime:
+        # a job this plan admits starts now and runs to ``alloc.end`` at the latest
+        since = started.get(alloc.job_id) or (now, alloc.end - now)
+        return _finish(alloc, ratio(alloc.job_id), since, state.now)
+
+    def runtime_of(ask: Ask) -> timedelta:
+        return ask.runtime * ratio(ask.job.id)
+
+    for alloc in state.allocs.values():
+        push(finish(alloc), _END, alloc)
+    for rid, reservation in state.reservations.items():
+        for when, active in ((reservation.start, True), (reservation.end, False)):
+            if when is not None and when > now:
+                push(when, _RESERVATION, (rid, active))
+    for index, node in enumerate(state.nodes):
+        if not state.node_eligible[index] and node.healthy and node.maintenance_until is not None:
+            push(max(now, node.maintenance_until), _NODE_BACK, index)
+    waiting: list[Ask] = []
+    for ask in asks:
+        if ask.held_until is not None:
+            push(max(now, ask.held_until), _HELD_ENDS, ask)
+        else:
+            waiting.append(ask)
+    ghosts = list(probes)
+    starts: dict[JobId, EstimatedStart] = {}
+    probe_starts: dict[JobId, EstimatedStart] = {}
+    budget = REPLAY_BUDGET
+    while (waiting or ghosts or any(e[1] == _HELD_ENDS for e in events)) and events:
+        if len(waiting) + len(ghosts) > budget:
+            break
+        when = events[0][0]
+        joined = False
+        while events and events[0][0] == when:
+            _, kind, _, payload = heapq.heappop(events)
+            if kind == _END:
+                assert isinstance(payload, Alloc)
+                state.give_back(payload)
+            elif kind == _RESERVATION:
+                assert isinstance(payload, tuple)
+                state.set_reservation_active(payload[0], payload[1])
+            elif kind == _NODE_BACK:
+                assert isinstance(payload, int)
+                state.set_node_eligible(payload, True)
+            else:
+                assert isinstance(payload, Ask)
+                waiting.append(replace(payload, static=(), held_until=None))
+                joined = True
+        if joined:
+            waiting.sort(key=lambda a: (a.order, a.job.id))
+        state.now = when
+        run = Pass(state=state, dry_run=False, preempt=False, explain=False)
+        left: list[Ask] = []
+        next_ghost = 0
+        ghosts_left: list[Ask] = []
+        for ask in waiting:
+            while next_ghost < len(ghosts) and ghosts[next_ghost].order <= ask.order:
+                _ghost_check(run, ghosts[next_ghost], probe_starts, ghosts_left)
+                next_ghost += 1
+            admitted = len(run.admissions)
+            _consider(run, ask)
+            if len(run.admissions) > admitted:
+                alloc = state.allocs[ask.job.id]
+                starts[ask.job.id] = EstimatedStart(at=when, gpu_class=alloc.gpu_class)
+                started[ask.job.id] = (when, ask.runtime)
+                push(when + runtime_of(ask), _END, alloc)
+            else:
+                left.append(ask)
+        for ghost in ghosts[next_ghost:]:
+            _ghost_check(run, ghost, probe_starts, ghosts_left)
+        budget -= len(waiting) + len(ghosts)
+        waiting, ghosts = left, ghosts_left
+    held = [e[3] for e in events if e[1] == _HELD_ENDS]
+    rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
+    if rest or ghosts:
+        # What the replay's budget did not reach: the per-class simulation from here on.
+        more, more_probes = simulate(state, rest, ghosts, finish, runtime_of)
+        starts.update(more)
+        probe_starts.update(more_probes)
+    return starts, probe_starts
+
+
+_END, _RESERVATION, _NODE_BACK, _HELD_ENDS = 0, 1, 2, 3
+
+
+def _ghost_check(
+    run: Pass, ghost: Ask, found: dict[JobId, EstimatedStart], left: list[Ask]
+) -> None:
+    if _probe_fits_now(run, ghost):
+        found[ghost.job.id] = EstimatedStart(at=run.state.now)
+    else:
+        left.append(ghost)
+
+
+def _finish(
+    alloc: Alloc, ratio: float, started: tuple[datetime, timedelta], now: datetime
+) -> datetime:
+    """When a job holding GPUs is predicted to end if it runs ``ratio`` of its limit; one that
+    already ran longer than that is predicted to use the same share of the time it has left."""
+    if ratio >= 1:
+        return alloc.end
+    start, limit = started
+    predicted = start + limit * ratio
+    if predicted > now:
+        return predicted
+    return now + (alloc.end - now) * ratio
 
 
 # ---------------------------------------------------------------------- the pass
@@ -143,28 +388,41 @@ def _consider(run: Pass, ask: Ask) -> None:
         if fit is not None:
             _admit(run, ask, fit)
             return
-    reasons = _class_reasons(run, ask)
+    reasons = _class_reasons(run, ask) if run.explain else _blocked(run, ask)
     if user_cause is not None:
         run.outcomes.append(Outcome(ask, [user_cause, *reasons]))
         return
     outcome = Outcome(ask, reasons)
     if not reasons:
         # Every class would take it were it not for a shadow: a job ahead holds the capacity.
-        outcome.backfill_blocked_by = next(
-            (run.shadows[c].job_id for c in ask.classes if c in run.shadows), None
-        )
-    elif not run.dry_run and _preempt(run, ask, outcome):
+        if run.explain:
+            outcome.backfill_blocked_by, outcome.held_quota = _held_for(run, ask)
+    elif not run.dry_run and run.preempt and _preempt(run, ask, outcome):
         pass
     else:
         _maybe_shadow(run, ask)
     run.outcomes.append(outcome)
 
 
+def _held_for(run: Pass, ask: Ask) -> tuple[JobId | None, bool]:
+    """The job ahead whose head-of-queue reservation keeps ``ask`` from starting, and whether
+    it is its team's quota shadow (True) or a class's capacity shadow."""
+    end = run.state.now + ask.runtime
+    for gpu_class in ask.classes:
+        quota = _quota_shadow(run, (ask.job.team, gpu_class))
+        if quota is not None and end > quota.time:
+            return quota.job_id, True
+        shadow = run.shadows.get(gpu_class)
+        if shadow is not None and end > shadow.time:
+            return shadow.job_id, False
+    return None, False
+
+
 def _probe_start(
     state: State, probe: Ask, started_now: set[JobId], simulated: dict[JobId, EstimatedStart]
 ) -> EstimatedStart:
     if probe.job.id in started_now:
-        return EstimatedStart(at=state.now)
+        return EstimatedStart(at=state.snapshot.now)
     if probe.static:
         return EstimatedStart(at=None, why_unknown=probe.static[0].message)
     return simulated[probe.job.id]
@@ -246,6 +504,9 @@ def _fit(
     """``fit_class`` under the class's EASY shadow: a job that would still run at the shadow
     time may use only what the shadow job will not need."""
     state = run.state
+    options = _quota_guard(run, ask, gpu_class, options)
+    if not options:
+        return None
     if shadow is None or state.now + ask.runtime <= shadow.time:
         return fit_class(state, ask, gpu_class, options)
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
@@ -255,9 +516,62 @@ def _fit(
     return fit_class(state, ask, gpu_class, options, view, shadow.eq_extra)
 
 
+def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> list[Option]:
+    """``options`` without the quota ones that would delay the team's quota-blocked job ahead
+    (its ``QuotaShadow``): a job that ends before that job's time may use any quota."""
+    if all(option[0] is CapacityKind.RESERVED for option in options):
+        return options
+    quota = _quota_shadow(run, (ask.job.team, gpu_class))
+    if quota is None or run.state.now + ask.runtime <= quota.time:
+        return options
+    demand = ask.demand[gpu_class]
+    kept = []
+    for option in options:
+        kind = option[0]
+        if kind is not CapacityKind.RESERVED:
+            if demand > quota.total_room:
+                continue
+            nominal_room = quota.nominal_room
+            if kind is CapacityKind.NOMINAL and nominal_room is not None and demand > nominal_room:
+                continue
+        kept.append(option)
+    return kept
+
+
+def _quota_shadow(run: Pass, key: tuple[str, str]) -> QuotaShadow | None:
+    """The team's quota shadow on the class, computed now if its head job waits for it."""
+    head = run.quota_heads.pop(key, None)
+    if head is not None:
+        # The class's capacity is held by its EASY shadow; protect the quota from when the
+        # team's jobs free enough of it (never later than the head can start: safe, and
+        # cheaper than walking the class's capacity too).
+        walk = _QuotaWalk.start(run.state, head, key[1])
+        when = run.state.now
+        for end, alloc, _ in _class_ends(run.state, key[1]):
+            if walk.fits():
+                break
+            if alloc.team == walk.team:
+                walk.ended(alloc)
+                when = end
+        if walk.fits():
+            run.quota_shadows[key] = walk.shadow(head.job.id, when)
+            run.state.class_version[key[1]] += 1
+    return run.quota_shadows.get(key)
+
+
 def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc:
     state = run.state
     alloc = hold(state, ask, fit, start or state.now)
+    quota = run.quota_shadows.get((ask.job.team, fit.gpu_class))
+    if (
+        quota is not None
+        and fit.kind is not CapacityKind.RESERVED
+        and alloc.end > quota.time
+        and alloc.job_id != quota.job_id
+    ):
+        quota.total_room -= alloc.eq
+        if fit.kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
+            quota.nominal_room -= alloc.eq
     run.fresh.add(ask.job.id)
     borrowed = 0
     if fit.kind is CapacityKind.BORROWED:
@@ -314,6 +628,26 @@ def _class_reasons(run: Pass, ask: Ask) -> list[PendingReason]:
     return reasons
 
 
+_SHADOWED = [PendingReason(ReasonCode.PRIORITY, "", {}, "")]
+
+
+def _blocked(run: Pass, ask: Ask) -> list[PendingReason]:
+    """What ``_class_reasons`` would say, as far as the pass's decisions go: nothing when a class
+    would take the job were it not for a head-of-queue reservation, a placeholder otherwise."""
+    key = ("blocked", ask.key, _versions(run.state, ask))
+    cached = run.causes.get(key)
+    if cached is None:
+        state = run.state
+        fits = any(
+            fit_class(state, ask, c, options) is not None
+            for c in ask.classes
+            if (options := entitlement(state, ask, c))
+        )
+        cached = [] if fits else [("", _SHADOWED)]
+        run.causes[key] = cached
+    return [] if not cached else _SHADOWED
+
+
 def _open_to(state: State, ask: Ask, gpu_class: str) -> bool:
     if state.holder_reservations(ask.job.team, ask.queue.name, gpu_class):
         return True
@@ -334,14 +668,16 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
     its nominal quota. Victims are jobs of graceful/preemptible queues that are borrowed (any
     team: lenders reclaim, while that team uses more than its nominal quota, see
     ``_reclaimable``) or belong to the same team with lower priority. Never in a class where
-    a job ahead waits on an EASY shadow: that job counts on those jobs' capacity.
+    a job ahead waits on an EASY shadow, or on the team's quota shadow: that job counts on
+    those jobs' capacity.
     """
     state = run.state
     key = (ask.key, _versions(state, ask))
     if key in run.no_preempt:
         return False
     for gpu_class in ask.classes:
-        if gpu_class in run.shadows:
+        held = (ask.job.team, gpu_class)
+        if gpu_class in run.shadows or held in run.quota_shadows or held in run.quota_heads:
             continue
         options = [
             o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
@@ -464,49 +800,156 @@ def _duration(value: timedelta) -> str:
 
 
 def _maybe_shadow(run: Pass, ask: Ask) -> None:
-    """Give the first capacity-blocked job on a class its EASY shadow reservation."""
+    """Give the first job blocked on a class its head-of-queue reservation, whatever blocks it:
+    capacity (an EASY shadow on the class) or its team's quota (a quota shadow for the team on
+    the class, and the class's EASY shadow too when it has none yet)."""
     state = run.state
+    # Whether a shadow can be found depends on what is held, and on the shadows already set
+    # (a class or team that has one is skipped): a job like one that found none finds none.
+    tried = (ask.key, state.changes, len(run.shadows), len(run.quota_shadows))
+    if tried in run.no_shadow:
+        return
+    run.no_shadow.add(tried)
     for gpu_class in ask.classes:
-        if gpu_class in run.shadows:
-            continue
-        options = entitlement(state, ask, gpu_class)
-        if not options:
-            continue
         pool = state.pools.get((gpu_class, ask.mode, ask.profile))
         if pool is None:
             continue
-        shadow = _shadow_for(state, ask, gpu_class, pool, options[0])
-        if shadow is not None:
-            run.shadows[gpu_class] = shadow
+        options = entitlement(state, ask, gpu_class)
+        if options:
+            if gpu_class in run.shadows:
+                continue
+            shadow = _shadow_for(state, ask, gpu_class, pool, options[0])
+            if shadow is not None:
+                run.shadows[gpu_class] = shadow
+                state.class_version[gpu_class] += 1
+                return
+            continue
+        key = (ask.job.team, gpu_class)
+        if key in run.quota_shadows or key in run.quota_heads or ask.queue.reservation_only:
+            continue
+        if not _open_to(state, ask, gpu_class):
+            continue
+        if gpu_class in run.shadows:
+            # the class's capacity is held already: the team's quota shadow waits until needed
+            run.quota_heads[key] = ask
             state.class_version[gpu_class] += 1
+            return
+        if _set_quota_shadow(run, ask, gpu_class):
             return
 
 
+def _set_quota_shadow(run: Pass, ask: Ask, gpu_class: str) -> bool:
+    """Give quota-blocked ``ask`` its team's quota shadow on the class (and the class's EASY
+    shadow when it has none); False when what runs now never frees enough for it."""
+    state = run.state
+    pool = state.pools[(gpu_class, ask.mode, ask.profile)]
+    walk = _QuotaWalk.start(state, ask, gpu_class)
+    kind = CapacityKind.BORROWED if ask.queue.can_borrow else CapacityKind.NOMINAL
+    lend = ask.queue.can_borrow and ask.queue.preemption is PreemptionClass.PREEMPTIBLE
+    shadow = _shadow_for(state, ask, gpu_class, pool, (kind, None, lend), walk)
+    if shadow is None:
+        return False
+    run.quota_shadows[(ask.job.team, gpu_class)] = walk.shadow(ask.job.id, shadow.time)
+    if gpu_class not in run.shadows:
+        run.shadows[gpu_class] = shadow
+    state.class_version[gpu_class] += 1
+    return True
+
+
+@dataclass(slots=True)
+class _QuotaWalk:
+    """The team's quota use of one class as its jobs end, for a quota-blocked job's shadow."""
+
+    team: str
+    demand: int
+    nominal: int
+    cap: int
+    needs_nominal: bool
+    held: int
+    total: int
+
+    @classmethod
+    def start(cls, state: State, ask: Ask, gpu_class: str) -> _QuotaWalk:
+        key = (ask.job.team, gpu_class)
+        nominal = state.nominal.get(key, 0)
+        held = state.nominal_jobs_eq.get(key, 0)
+        return cls(
+            team=ask.job.team,
+            demand=ask.demand[gpu_class],
+            nominal=nominal,
+            cap=nominal + state.borrow_limit.get(key, 0),
+            needs_nominal=not ask.queue.can_borrow,
+            held=held,
+            total=held + state.borrowed_jobs_eq.get(key, 0),
+        )
+
+    def ended(self, alloc: Alloc) -> None:
+        if alloc.team != self.team or alloc.kind is CapacityKind.RESERVED:
+            return
+        self.total -= alloc.eq
+        if alloc.kind is CapacityKind.NOMINAL:
+            self.held -= alloc.eq
+
+    def fits(self) -> bool:
+        """The same rule as ``entitlement``: nominal within nominal, everything within the cap."""
+        if self.total + self.demand > self.cap:
+            return False
+        return not self.needs_nominal or self.held + self.demand <= self.nominal
+
+    def shadow(self, job_id: JobId, time: datetime) -> QuotaShadow:
+        nominal_room = self.nominal - self.held - self.demand if self.needs_nominal else None
+        return QuotaShadow(job_id, time, self.cap - self.total - self.demand, nominal_room)
+
+
+def _class_ends(state: State, gpu_class: str) -> list[tuple[datetime, Alloc, int]]:
+    """The class's jobs by end time with the GPU-eq each holds on eligible nodes, kept for as
+    long as the class does not change (every shadow of a pass walks it)."""
+    key = ("ends", gpu_class, state.changes)
+    cached = state.memo.get(key)
+    if cached is None:
+        cached = [
+            (a.end, a, sum(s.eq for s in a.spots if s.pool.eligible[s.local]))
+            for a in sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
+        ]
+        state.memo[key] = cached
+    assert isinstance(cached, list)
+    return cached
+
+
 def _shadow_for(
-    state: State, ask: Ask, gpu_class: str, pool: Pool, option: Option
+    state: State,
+    ask: Ask,
+    gpu_class: str,
+    pool: Pool,
+    option: Option,
+    quota: _QuotaWalk | None = None,
 ) -> Shadow | None:
-    """Walk this class's running jobs by end time until ``ask`` would fit; None if it never
-    does with what is running now."""
+    """Walk this class's running jobs by end time until ``ask`` would fit (and, with ``quota``,
+    its team's quota would take it); None if it never does with what is running now."""
     shape = ask.shapes[gpu_class]
     demand = ask.demand[gpu_class]
     kind, rid, lend = option
     own = state.holder_reservations(ask.job.team, ask.queue.name, gpu_class)
     usable = state.usable(gpu_class, kind, rid, lend, own)
     free = list(pool.free)
-    ends = sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
+    ends = _class_ends(state, gpu_class)
     index = 0
     while index < len(ends):
-        when = ends[index].end
-        while index < len(ends) and ends[index].end == when:
-            alloc = ends[index]
+        when = ends[index][0]
+        while index < len(ends) and ends[index][0] == when:
+            _, alloc, eligible_eq = ends[index]
             index += 1
             holds_reserved = alloc.kind is CapacityKind.RESERVED and alloc.reservation_id != rid
             if not holds_reserved:
-                usable += sum(s.eq for s in alloc.spots if s.pool.eligible[s.local])
+                usable += eligible_eq
             for spot in alloc.spots:
                 if spot.pool is pool:
                     free[spot.local] += spot.devices
+            if quota is not None:
+                quota.ended(alloc)
         if demand > usable:
+            continue
+        if quota is not None and not quota.fits():
             continue
         placement = place(pool, shape, free)
         if placement is None:
@@ -553,8 +996,6 @@ def _assemble(
             estimate = EstimatedStart(at=None, why_unknown=outcome.reasons[0].message)
         else:
             estimate = starts[job_id]
-        if not ask.static and not never:  # past waits say nothing of a job that can't run yet
-            estimate = _with_range(state, ask, estimate)
         reasons = _binding_class_first(list(outcome.reasons), estimate.gpu_class)
         priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)
         if outcome.would_admit:
@@ -613,8 +1054,9 @@ def _priority_reason(
         "queue_length": length,
     }
     if outcome.backfill_blocked_by is not None:
+        held = "its team's free quota is" if outcome.held_quota else "the free GPUs are"
         message += (
-            f"; the free GPUs are held for job {outcome.backfill_blocked_by} ahead of it, "
+            f"; {held} held for job {outcome.backfill_blocked_by} ahead of it, "
             "which starting this job would delay"
         )
         details["held_for_job"] = outcome.backfill_blocked_by
@@ -644,18 +1086,4 @@ def _unschedulable_reason(message: str) -> PendingReason:
         f"admitted, but the cluster's scheduler cannot place a pod: {message}",
         {"scheduler_message": message},
         "",
-    )
-
-
-def _with_range(state: State, ask: Ask, estimate: EstimatedStart) -> EstimatedStart:
-    waits = sorted(ask.queue.recent_waits)
-    if not waits:
-        return estimate
-    p50 = waits[(len(waits) - 1) // 2]
-    p90 = waits[min(len(waits) - 1, (len(waits) * 9) // 10)]
-    submitted = ask.job.submitted_at
-    return replace(
-        estimate,
-        range_low=max(state.now, submitted + p50),
-        range_high=max(state.now, submitted + p90),
     )

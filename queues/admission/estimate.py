@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 from queues.admission.asks import Ask
 from queues.admission.diagnose import entitlement
@@ -58,12 +58,22 @@ NEVER_FOUND = (
 
 
 def simulate(
-    state: State, asks: Sequence[Ask], probes: Sequence[Ask] = ()
+    state: State,
+    asks: Sequence[Ask],
+    probes: Sequence[Ask] = (),
+    finish: Callable[[Alloc], datetime] | None = None,
+    runtime_of: Callable[[Ask], timedelta] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
     module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
-    estimates are the same with or without probes."""
+    estimates are the same with or without probes. ``finish`` says when a job holding GPUs
+    ends and ``runtime_of`` how long a job started in the simulation runs (default: their
+    runtime limits)."""
     simulation = _Simulation(state)
+    if finish is not None:
+        simulation.finish = finish
+    if runtime_of is not None:
+        simulation.runtime_of = runtime_of
     simulation.enqueue(asks)
     simulation.enqueue_ghosts(probes)
     simulation.seed_events()
@@ -103,6 +113,8 @@ class _Simulation:
         self.events: list[tuple[datetime, int, int, object]] = []
         self.sequence = 0
         self.cost_order = {name: i for i, name in enumerate(_cost_order(state))}
+        self.finish: Callable[[Alloc], datetime] = lambda alloc: alloc.end
+        self.runtime_of: Callable[[Ask], timedelta] = lambda ask: ask.runtime
 
     # --- setting up ------------------------------------------------------------------------------
 
@@ -154,7 +166,7 @@ class _Simulation:
         reservations open and close, nodes come back from maintenance, back-offs end."""
         state = self.state
         for alloc in sorted(state.allocs.values(), key=lambda a: (a.end, a.job_id)):
-            self.push(alloc.end, END, alloc)
+            self.push(self.finish(alloc), END, alloc)
         for rid, reservation in sorted(state.reservations.items()):
             if reservation.start is not None and reservation.start > state.now:
                 self.push(reservation.start, RESERVATION_ON, rid)
@@ -281,7 +293,7 @@ class _Simulation:
                 break
             heapq.heappop(heap)
             alloc = hold(state, ask, fit, now)
-            self.push(alloc.end, END, alloc)
+            self.push(now + self.runtime_of(ask), END, alloc)
             self.done[index] = True
             self.remaining -= 1
             self.results[ask.job.id] = EstimatedStart(at=now, gpu_class=gpu_class)

@@ -87,19 +87,24 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class EstimatedStart:
-    """When a pending job would start if running jobs end at their runtime limits and nothing
-    new arrives ahead of it. ``at`` None means unknown, and ``why_unknown`` says why.
-    ``range_low``/``range_high`` come from the queue's recent real waits, when there are any."""
+    """When a pending job should start if nothing new arrives ahead of it (see
+    ``engine.forecast``). ``at`` is the start at the latest: every job runs to its runtime
+    limit. ``likely`` the start when jobs run their predicted runtimes, ``range_low``–
+    ``range_high`` the interval when they run their 10th–90th percentile runtimes (it holds
+    ``likely``; all three never after ``at``). ``at`` None means unknown, and ``why_unknown``
+    says why; a job starting now has no ``likely`` or range."""
 
     at: datetime | None
     why_unknown: str = ""
     range_low: datetime | None = None
     range_high: datetime | None = None
     gpu_class: str | None = None  # the class the simulation starts it on, when it does
+    likely: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "at": _time_json(self.at),
+            "likely": _time_json(self.likely),
             "why_unknown": self.why_unknown,
             "range_low": _time_json(self.range_low),
             "range_high": _time_json(self.range_high),

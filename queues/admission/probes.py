@@ -38,7 +38,8 @@ def default_probe(
 
     One pod with one device: a whole GPU, or for a ``mig`` queue one slice of the smallest MIG
     profile its capability classes name, or for a ``time-sliced`` queue one replica; the queue's
-    default runtime (``runtime_limit`` None); user ``PROBE_USER``; priority 0. Its capability is
+    default runtime (``runtime_limit`` None) and runtime forecast; user ``PROBE_USER``;
+    priority 0. Its capability is
     the queue's first capability class (in the queue's order; all of ``capability_classes`` by
     name when the queue accepts any) that matches the queue's cheapest allowed GPU class (rate
     card weight, then name) — the cheapest that any of them matches. Like a real job of that
@@ -77,6 +78,7 @@ def default_probe(
                     user=PROBE_USER,
                     capability=capability.name,
                     submitted_at=now,
+                    forecast=queue.forecast,
                 )
     return None
 

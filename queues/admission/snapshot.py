@@ -70,6 +70,25 @@ class CapacityKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Forecast:
+    """How long a job is expected to run, as fractions of its runtime limit learned from the
+    history of similar jobs: ``likely`` the prediction, ``low``/``high`` its 10th/90th
+    percentiles. Each in (0, 1]: a job never runs past its limit. Without history the glue
+    passes none and the engine assumes the limit (``NO_HISTORY``)."""
+
+    likely: float
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.low <= self.likely <= self.high <= 1:
+            raise ValueError("Forecast needs 0 < low <= likely <= high <= 1")
+
+
+NO_HISTORY = Forecast(1.0, 1.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
 class GpuClass:
     """A GPU class with the billing weight of the rate card in force (fair share uses it)."""
 
@@ -146,6 +165,7 @@ class Queue:
     teams: tuple[str, ...] = ()
     tolerations: tuple[str, ...] = ()
     recent_waits: tuple[timedelta, ...] = ()
+    forecast: Forecast | None = None  # how long its jobs run, from history (its default job's)
 
     @property
     def can_borrow(self) -> bool:
@@ -221,6 +241,7 @@ class RunningJob:
     # Ended (cancelled, preempted, failed) with its pods still stopping: it holds its GPUs
     # until they are gone (``started_at + runtime_limit`` bounds that) and cannot be preempted.
     terminating: bool = False
+    forecast: Forecast | None = None
 
     @property
     def gpu_eq(self) -> Fraction:
@@ -261,6 +282,7 @@ class PendingJob:
     not_before: datetime | None = None
     rollbacks: int = 0
     unschedulable: str = ""
+    forecast: Forecast | None = None
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,10 @@ class State:
         self.outside: dict[str, int] = {name: 0 for name in self.classes}
         self.user_allocs: dict[tuple[str, str], dict[JobId, Alloc]] = {}
         self.memo: dict[tuple[object, ...], object] = {}  # per-version caches of hint lookups
+        # Counts every change of what jobs hold, of reservations and of node eligibility (not
+        # the planner's own shadows, which bump ``class_version``): a key for what depends on
+        # those alone.
+        self.changes = 0
         self._build_nodes()
         self._build_quotas()
         self._build_reservations()
@@ -455,6 +459,7 @@ class State:
         self.user_eq[user] = self.user_eq.get(user, 0) - sign * alloc.eq
         if alloc.gpu_class in self.class_version:
             self.class_version[alloc.gpu_class] += 1
+        self.changes += 1
 
     def _refresh_idle(self, rid: int) -> None:
         reservation = self.reservations[rid]
@@ -466,6 +471,7 @@ class State:
             self.res_idle_total[cls] += idle - self.res_idle[rid]
             self.class_version[cls] += 1
         self.res_idle[rid] = idle
+        self.changes += 1
 
     def set_reservation_active(self, rid: int, active: bool) -> None:
         self.res_active[rid] = active
@@ -500,6 +506,7 @@ class State:
         if gpu in self.class_capacity:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
             self.class_version[gpu] += 1
+        self.changes += 1
 
     # ------------------------------------------------------------------ reading
 

@@ -7,14 +7,17 @@ Every builder takes keyword arguments with sensible defaults so a test names onl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
 from queues.admission.capability import CapabilityRequest, GpuClassSpec
+from queues.admission.engine import plan
 from queues.admission.snapshot import (
     CapacityKind,
     GpuClass,
+    JobId,
     Node,
     PendingJob,
     PreemptionClass,
@@ -203,3 +206,56 @@ def snapshot(**parts: Any) -> Snapshot:
     parts.setdefault("nodes", ())
     parts.setdefault("teams", ())
     return Snapshot(**parts)
+
+
+def play(start: Snapshot, runs: Mapping[JobId, timedelta] | None = None) -> dict[JobId, datetime]:
+    """When each pending job of ``start`` really starts if the engine plans at every moment a job
+    ends, nothing new arrives, and job ``id`` runs ``runs[id]`` (default: its runtime limit; a
+    running job counts from its start). Admitted jobs start at once. For checking the forecast
+    against the policy it predicts: it refuses plans that preempt (the forecast does not foresee
+    preemptions)."""
+    runs = runs or {}
+    queues = {q.name: q for q in start.queues}
+    running = list(start.running)
+    waiting = {job.id: job for job in start.pending}
+    ends = {
+        job.id: (job.started_at or start.now) + runs.get(job.id, job.runtime_limit)
+        for job in running
+    }
+    started: dict[JobId, datetime] = {}
+    now = start.now
+    while waiting:
+        snapshot = replace(
+            start, now=now, running=tuple(running), pending=tuple(waiting.values()), probes=()
+        )
+        result = plan(snapshot)
+        if result.preemptions:
+            raise ValueError("play() models no preemption")
+        for admission in result.admissions:
+            job = waiting.pop(admission.job_id)
+            limit = job.runtime_limit or queues[job.queue].default_runtime
+            started[job.id] = now
+            ends[job.id] = now + runs.get(job.id, limit)
+            running.append(
+                RunningJob(
+                    id=job.id,
+                    team=job.team,
+                    user=job.user,
+                    queue=job.queue,
+                    gpu_class=admission.gpu_class,
+                    pods=admission.nodes,
+                    gpu_eq_per_pod=admission.gpu_eq / len(admission.nodes),
+                    runtime_limit=limit,
+                    started_at=now,
+                    priority=job.priority,
+                    capacity=admission.capacity,
+                    reservation_id=admission.reservation_id,
+                    forecast=job.forecast,
+                )
+            )
+        later = [ends[job.id] for job in running if ends[job.id] > now]
+        if not waiting or not later:
+            break
+        now = min(later)
+        running = [job for job in running if ends[job.id] > now]
+    return started

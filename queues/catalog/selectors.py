@@ -89,7 +89,8 @@ def queue_pending(queue: Queue, user: User, *, limit: int = 100) -> tuple[list[Q
 
 @dataclass(frozen=True)
 class QueueLive:
-    """What a queue looks like now: its expected wait for the viewer's teams against its target,
+    """What a queue looks like now: its expected wait for the viewer's teams against its target
+    (likely, and at the latest: the forecast the job pages show),
     historical waits, how many jobs wait and run, and free GPU-equivalents per allowed class."""
 
     expected_wait: timedelta | None
@@ -103,6 +104,8 @@ class QueueLive:
     out_of_service: list[tuple[str, int, int]] = field(default_factory=list)
     # Every allowed class's GPUs by node state, and GPU-equivalents pods of others hold.
     capacity: list[CapacityByState] = field(default_factory=list)
+    # The same forecast's bound: the wait if every job runs to its runtime limit.
+    expected_wait_latest: timedelta | None = None
 
     @property
     def used_outside(self) -> list[CapacityByState]:
@@ -184,22 +187,24 @@ def queues_live(queues: list[Queue], user: User, *, now: datetime) -> dict[int, 
     ids = [q.pk for q in queues]
     down = {c.gpu_class: c for c in capacity_by_state()}
     team_ids = set(Team.objects.filter(members=user).values_list("pk", flat=True))
-    estimates: dict[int, list[tuple[datetime | None, str]]] = defaultdict(list)
-    for queue_id, team_id, start, note in QueueEstimate.objects.filter(
+    estimates: dict[int, list[tuple[datetime | None, datetime | None, str]]] = defaultdict(list)
+    for queue_id, team_id, start, likely, note in QueueEstimate.objects.filter(
         queue_id__in=ids
-    ).values_list("queue_id", "team_id", "estimated_start", "note"):
+    ).values_list("queue_id", "team_id", "estimated_start", "likely_start", "note"):
         if team_id in team_ids or is_admin(user):
-            estimates[queue_id].append((start, note))
+            estimates[queue_id].append((start, likely or start, note))
     stats = {st.queue_id: st for st in QueueStats.objects.filter(queue_id__in=ids)}
     live = {}
     for queue in queues:
-        known = [s for s, _ in estimates[queue.pk] if s is not None]
-        soonest = min(known) if known else None
-        notes = [n for s, n in estimates[queue.pk] if s is None and n]
+        # the soonest of the viewer's teams: its likely start and its bound, one team's pair
+        known = sorted((likely, s) for s, likely, _ in estimates[queue.pk] if s and likely)
+        soonest, latest = known[0] if known else (None, None)
+        notes = [n for s, _, n in estimates[queue.pk] if s is None and n]
         st = stats.get(queue.pk)
         free = st.free if st else {}
         live[queue.pk] = QueueLive(
             expected_wait=max(soonest - now, timedelta(0)) if soonest else None,
+            expected_wait_latest=max(latest - now, timedelta(0)) if latest else None,
             expected_note="" if soonest else (notes[0] if notes else "no estimate yet"),
             wait_p50=st.wait_p50 if st else None,
             wait_p90=st.wait_p90 if st else None,

@@ -102,7 +102,12 @@ class QueueLiveSerializer(serializers.Serializer):
     expected_wait_seconds = serializers.IntegerField(
         allow_null=True,
         help_text="For the queue's default job (1 GPU-equivalent, the default runtime, the "
-        "cheapest allowed class, no CPU or memory ask) of the caller's teams; null: unknown.",
+        "cheapest allowed class, no CPU or memory ask) of the caller's teams, likely (jobs run "
+        "their predicted runtimes, the forecast job pages show); null: unknown.",
+    )
+    expected_wait_latest_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="The same job's wait at the latest (every job runs to its runtime limit).",
     )
     expected_wait_note = serializers.CharField(allow_blank=True)
     wait_p50_seconds = serializers.IntegerField(allow_null=True)
@@ -119,6 +124,7 @@ def live_representation(live: QueueLive) -> dict[str, Any]:
     by_class = {c.gpu_class: c for c in live.capacity}
     return {
         "expected_wait_seconds": seconds(live.expected_wait),
+        "expected_wait_latest_seconds": seconds(live.expected_wait_latest),
         "expected_wait_note": live.expected_note,
         "wait_p50_seconds": seconds(live.wait_p50),
         "wait_p90_seconds": seconds(live.wait_p90),

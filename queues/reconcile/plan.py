@@ -39,14 +39,17 @@ MAX_CREATE_REFUSALS = 3
 def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
     """Store every pending job's reasons, estimated start and position (changed rows only)."""
     statuses = {s.job_id: s for s in plan.pending}
-    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING).only(
-        "id",
+    fields = [
         "pending_reasons",
         "estimated_start",
+        "likely_start",
+        "start_range_low",
+        "start_range_high",
         "estimated_start_note",
         "position",
         "queue_length",
-    )
+    ]
+    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING).only("id", *fields)
     changed = []
     events: list[JobEvent] = []
     for job in current:
@@ -56,31 +59,21 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
         if quota_event is not None:
             events.append(quota_event)
         estimate = status.estimated_start
-        note = estimate.why_unknown
-        if estimate.range_low and estimate.range_high:
-            low, high = estimate.range_low.isoformat(), estimate.range_high.isoformat()
-            note = f"from recent waits: {low} – {high}"
-        values = (reasons, estimate.at, note[:300], status.position, status.queue_length)
-        if values != (
-            job.pending_reasons,
-            job.estimated_start,
-            job.estimated_start_note,
-            job.position,
-            job.queue_length,
-        ):
-            (
-                job.pending_reasons,
-                job.estimated_start,
-                job.estimated_start_note,
-                job.position,
-                job.queue_length,
-            ) = values
+        values = (
+            reasons,
+            estimate.at,
+            estimate.likely,
+            estimate.range_low,
+            estimate.range_high,
+            estimate.why_unknown[:300],
+            status.position,
+            status.queue_length,
+        )
+        if values != tuple(getattr(job, name) for name in fields):
+            for name, value in zip(fields, values, strict=True):
+                setattr(job, name, value)
             changed.append(job)
-    Job.objects.bulk_update(
-        changed,
-        ["pending_reasons", "estimated_start", "estimated_start_note", "position", "queue_length"],
-        batch_size=500,
-    )
+    Job.objects.bulk_update(changed, fields, batch_size=500)
     JobEvent.objects.bulk_create(events)
     for job_id, admitted_reasons in plan.admitted_reasons:
         Job.objects.filter(pk=job_id, state=JobState.ADMITTED).update(
@@ -167,6 +160,9 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
             position=None,
             queue_length=None,
             estimated_start=None,
+            likely_start=None,
+            start_range_low=None,
+            start_range_high=None,
             estimated_start_note="",
             mig_profile=_mig_profile(job),
         ):
@@ -223,6 +219,7 @@ def queue_estimates_store(snapshot: engine.Snapshot, plan: engine.Plan, *, now: 
             queue_id=queues[probe.queue],
             team_id=teams[probe.team],
             estimated_start=estimates[probe.id].at,
+            likely_start=estimates[probe.id].likely or estimates[probe.id].at,
             note=estimates[probe.id].why_unknown[:300],
             computed_at=now,
         )

@@ -6,6 +6,7 @@ engine needs is read here and nowhere else.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -42,8 +43,95 @@ USAGE_HORIZON_HALF_LIVES = 8
 RECENT_WAITS = 200
 
 
+# Runtime history: finished jobs of the last RUNTIME_HISTORY predict how long jobs run.
+RUNTIME_HISTORY = timedelta(days=30)
+RUNTIME_HISTORY_JOBS = 5000
+# A queue needs this many finished jobs before its history predicts anything.
+RUNTIME_MIN_HISTORY = 5
+# How many finished jobs of the queue one job of the same user and image is worth: a group
+# with little history is shrunk toward the queue's ratio.
+RUNTIME_SHRINK = 3
+
+ForecastKey = tuple[str, str, str]  # queue, user, image
+
+
 def fraction(value: object) -> Fraction:
     return Fraction(str(value))
+
+
+def runtime_forecasts(
+    history: list[tuple[str, str, str, float]],
+) -> dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]]:
+    """Per queue, from ``history`` rows (queue, user, image, actual / requested runtime): the
+    queue's mean ratio, its 10th and 90th percentiles, and per (user, image) the group's mean
+    ratio and count. Queues with fewer than ``RUNTIME_MIN_HISTORY`` rows are left out."""
+    by_queue: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
+    for queue, user, image, ratio in history:
+        by_queue[queue].append((user, image, min(1.0, max(0.01, ratio))))
+    result = {}
+    for queue, rows in by_queue.items():
+        if len(rows) < RUNTIME_MIN_HISTORY:
+            continue
+        ratios = sorted(r for _, _, r in rows)
+        mean = sum(ratios) / len(ratios)
+        low = ratios[int(0.1 * (len(ratios) - 1))]
+        high = ratios[math.ceil(0.9 * (len(ratios) - 1))]
+        groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for user, image, ratio in rows:
+            groups[(user, image)].append(ratio)
+        result[queue] = (
+            mean,
+            low,
+            high,
+            {key: (sum(values) / len(values), len(values)) for key, values in groups.items()},
+        )
+    return result
+
+
+def forecast_for(
+    forecasts: dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]],
+    key: ForecastKey,
+) -> engine.Forecast | None:
+    """The runtime forecast of a job of (queue, user, image): the group's mean ratio shrunk
+    toward the queue's (``RUNTIME_SHRINK``), with the queue's 10th–90th spread moved with it;
+    None without history (the engine then assumes the runtime limit)."""
+    queue, user, image = key
+    known = forecasts.get(queue)
+    if known is None:
+        return None
+    mean, low, high, groups = known
+    group_mean, count = groups.get((user, image), (mean, 0))
+    likely = (count * group_mean + RUNTIME_SHRINK * mean) / (count + RUNTIME_SHRINK)
+    shift = likely - mean
+    return engine.Forecast(
+        likely=likely,
+        low=min(likely, max(0.01, low + shift)),
+        high=max(likely, min(1.0, high + shift)),
+    )
+
+
+def _runtime_history(now: datetime) -> list[tuple[str, str, str, float]]:
+    rows = (
+        Job.objects.filter(
+            state__in=(JobState.SUCCEEDED, JobState.FAILED),
+            finished_at__gte=now - RUNTIME_HISTORY,
+            started_at__isnull=False,
+        )
+        .order_by("-finished_at")
+        .values_list(
+            "queue__name",
+            f"owner__{get_user_model().USERNAME_FIELD}",
+            "image",
+            "started_at",
+            "finished_at",
+            "runtime_limit",
+        )[:RUNTIME_HISTORY_JOBS]
+    )
+    return [
+        (queue, user, image, (finished - started) / limit)
+        for queue, user, image, started, finished, limit in rows
+        if limit
+    ]
 
 
 def snapshot_build(
@@ -69,6 +157,7 @@ def snapshot_build(
         Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
     )
     replicas_of = {n.name: n.time_slice_replicas for n in nodes}
+    forecasts = runtime_forecasts(_runtime_history(now))
     return engine.Snapshot(
         now=now,
         gpu_classes=tuple(
@@ -76,7 +165,7 @@ def snapshot_build(
             for g in gpu_classes
         ),
         nodes=tuple(_node(n, by_id[n.gpu_class_id].name) for n in nodes if n.gpu_class_id in by_id),
-        queues=tuple(_queues(now)),
+        queues=tuple(_queues(now, forecasts)),
         capability_classes=tuple(
             c.request() for c in CapabilityClass.objects.active().order_by("name")
         ),
@@ -95,7 +184,7 @@ def snapshot_build(
             .select_related("team", "queue", "gpu_class")
             .order_by("id")
         ),
-        running=tuple(_running(replicas_of, now)),
+        running=tuple(_running(replicas_of, now, forecasts)),
         pending=tuple(
             engine.PendingJob(
                 id=job.pk,
@@ -115,6 +204,9 @@ def snapshot_build(
                 not_before=job.not_before,
                 rollbacks=job.rollbacks,
                 unschedulable=said.get(job.pk, ""),
+                forecast=forecast_for(
+                    forecasts, (job.queue.name, job.owner.get_username(), job.image)
+                ),
             )
             for job in pending
         ),
@@ -175,7 +267,10 @@ def _node(node: Node, gpu_class: str) -> engine.Node:
     )
 
 
-def _queues(now: datetime) -> list[engine.Queue]:
+def _queues(
+    now: datetime,
+    forecasts: dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]],
+) -> list[engine.Queue]:
     queues = (
         Queue.objects.active()
         .order_by("name")
@@ -211,6 +306,7 @@ def _queues(now: datetime) -> list[engine.Queue]:
             required_topology=engine.TopologyScope(q.required_topology or "none"),
             teams=tuple(sorted(t.name for t in q.teams.all())),
             recent_waits=tuple(sorted(waits.get(q.pk, []))),
+            forecast=forecast_for(forecasts, (q.name, "", "")),
         )
         for q in queues
     ]
@@ -262,7 +358,11 @@ def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> 
     ]
 
 
-def _running(replicas_of: dict[str, int], now: datetime) -> list[engine.RunningJob]:
+def _running(
+    replicas_of: dict[str, int],
+    now: datetime,
+    forecasts: dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]],
+) -> list[engine.RunningJob]:
     """The jobs holding GPUs (``Job.objects.holding_gpus``: terminating ones too), read as plain
     values: thousands of them, and building a model instance per job and per related row was
     most of a cycle's snapshot. A terminating job holds its GPUs until its pods are gone, at
@@ -294,6 +394,7 @@ def _running(replicas_of: dict[str, int], now: datetime) -> list[engine.RunningJ
             "capacity_kind",
             "reservation_id",
             "pending_reasons",
+            "image",
         )
     )
     running = []
@@ -316,6 +417,7 @@ def _running(replicas_of: dict[str, int], now: datetime) -> list[engine.RunningJ
         capacity_kind,
         reservation_id,
         pending_reasons,
+        image,
     ) in rows:
         gpu_class = classes[gpu_class_id]
         replicas = max((replicas_of.get(n, 1) for n in nodes), default=1)
@@ -354,6 +456,7 @@ def _running(replicas_of: dict[str, int], now: datetime) -> list[engine.RunningJ
                 reservation_id=reservation_id,
                 unschedulable=unschedulable,
                 terminating=terminating,
+                forecast=None if terminating else forecast_for(forecasts, (queue, user, image)),
             )
         )
     return running

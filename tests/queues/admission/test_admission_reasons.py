@@ -640,9 +640,15 @@ def test_a_job_held_back_after_roll_backs_waits_with_the_schedulers_words() -> N
     # It holds nothing back: the job behind it takes the node.
     assert [a.job_id for a in result.admissions] == [11]
     # Its start: when the back-off ends and the node is free again (job 11 ends at its 8 h
-    # limit); no range from past waits pretends otherwise.
+    # limit). Without runtime history the likely start and its interval are that bound too.
     estimate = result.status(10).estimated_start  # type: ignore[union-attr]
-    assert (estimate.at, estimate.range_low) == (NOW + timedelta(hours=8), None)
+    bound = NOW + timedelta(hours=8)
+    assert (estimate.at, estimate.likely, estimate.range_low, estimate.range_high) == (
+        bound,
+        bound,
+        bound,
+        bound,
+    )
 
     # The retry time is rounded up to the minute, never early.
     half = pending(10, "vision", gpus=8, rollbacks=1, not_before=NOW + timedelta(seconds=61))

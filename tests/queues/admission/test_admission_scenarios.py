@@ -6,7 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from fractions import Fraction
 from pathlib import Path
 
@@ -39,6 +39,11 @@ from queues.admission.testing import (
 
 H100 = "h100-80gb"
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def without_history(at: datetime) -> EstimatedStart:
+    """A later start when no job has runtime history: likely and its interval are the bound."""
+    return EstimatedStart(at=at, likely=at, range_low=at, range_high=at)
 
 
 def test_importing_the_engine_loads_no_django_or_kubernetes() -> None:
@@ -360,6 +365,7 @@ def test_a_probe_on_an_idle_cluster_starts_now() -> None:
             "job_id": 1,
             "estimated_start": {
                 "at": "2025-03-03T12:00:00+00:00",
+                "likely": None,
                 "why_unknown": "",
                 "range_low": None,
                 "range_high": None,
@@ -378,7 +384,7 @@ def test_a_probe_behind_a_running_job_that_fills_the_class_starts_when_that_job_
         )
     )
     # started an hour ago with a 4 h limit
-    assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=3))
+    assert result.probe_estimate(1) == without_history(NOW + timedelta(hours=3))
 
 
 def test_a_probe_waits_behind_real_jobs_ahead_of_it_and_delays_none() -> None:
@@ -422,7 +428,7 @@ def test_a_probe_does_not_hold_back_the_jobs_behind_it_so_they_may_go_first() ->
     )
     assert [a.job_id for a in result.admissions] == [10]
     # job 1 ends at 15:00, job 10 (8 h default runtime) at 20:00
-    assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=8))
+    assert result.probe_estimate(1) == without_history(NOW + timedelta(hours=8))
 
 
 def test_a_probe_that_can_never_start_says_why() -> None:
@@ -516,7 +522,7 @@ def test_mig_and_time_sliced_probes_take_one_slice_or_replica() -> None:
             probes=probes,
         )
     )
-    assert result.probe_estimate(1) == EstimatedStart(at=NOW + timedelta(hours=3))
+    assert result.probe_estimate(1) == without_history(NOW + timedelta(hours=3))
     assert result.probe_estimate(2) == EstimatedStart(at=NOW)
 
 

@@ -149,6 +149,7 @@ class TestCatalogApi:
         live = batch.pop("live")
         assert set(live) == {
             "expected_wait_seconds",
+            "expected_wait_latest_seconds",
             "expected_wait_note",
             "wait_p50_seconds",
             "wait_p90_seconds",
@@ -284,6 +285,37 @@ class TestLiveState:
         assert "Expected wait now" in batch_card
         assert "(target 2h; for a 1-GPU job of 12h on the cheapest allowed class" in batch_card
         assert "~30m" in batch_card  # an estimate is rounded as people say it
+
+    def test_the_expected_wait_is_the_likely_one_with_its_bound_on_page_and_api(self, mia):
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from queues.models import QueueEstimate, Team
+
+        now = timezone.now()
+        batch = Queue.objects.get(name="batch")
+        QueueEstimate.objects.create(
+            queue=batch,
+            team=Team.objects.get(name="vision"),
+            estimated_start=now + timedelta(minutes=90, seconds=30),
+            likely_start=now + timedelta(minutes=40, seconds=30),
+            computed_at=now,
+        )
+
+        response = page_client(mia).get("/queues/")
+
+        live = dict((q.name, state) for q, state in response.context["queues"])["batch"]
+        assert timedelta(minutes=40) < live.expected_wait <= timedelta(minutes=41)
+        assert timedelta(minutes=90) < live.expected_wait_latest <= timedelta(minutes=91)
+        html = response.content.decode()
+        batch_card = html[html.index('id="queue-batch"') :]
+        assert "likely ~40m, at the latest ~1h30m" in batch_card
+        client = APIClient()
+        client.force_authenticate(mia)
+        api = client.get("/api/queues/batch/").json()["live"]
+        assert 2400 <= api["expected_wait_seconds"] <= 2430
+        assert 5400 <= api["expected_wait_latest_seconds"] <= 5430
 
     def test_free_gpus_count_healthy_in_service_capacity_minus_what_pods_hold(self, mia):
         from decimal import Decimal

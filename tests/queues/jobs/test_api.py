@@ -411,22 +411,33 @@ def test_a_job_shows_why_it_waits_its_estimated_start_and_position(mia, api_as):
         "details": {"used": 4, "limit": 4},
         "hint": "your team's quota frees up when job 812 ends",
     }
-    start = timezone.now() + timedelta(hours=2)
+    now = timezone.now()
+    start = now + timedelta(hours=2)
     waiting = job(
         mia,
         pending_reasons=[reason],
         estimated_start=start,
-        estimated_start_note="between 1h and 3h from history",
+        likely_start=now + timedelta(minutes=70),
+        start_range_low=now + timedelta(minutes=50),
+        start_range_high=now + timedelta(minutes=95),
         position=3,
         queue_length=7,
     )
 
     data = api_as(mia).get(f"/api/jobs/{waiting.pk}/").json()
 
+    def stamp(value):
+        return value.isoformat().replace("+00:00", "Z")
+
     assert data["pending_reasons"] == [reason]
     assert (data["position"], data["queue_length"]) == (3, 7)
-    assert data["estimated_start"] == start.isoformat().replace("+00:00", "Z")
-    assert data["estimated_start_note"] == "between 1h and 3h from history"
+    assert data["estimated_start"] == stamp(start)
+    assert data["likely_start"] == stamp(now + timedelta(minutes=70))
+    assert (data["start_range_low"], data["start_range_high"]) == (
+        stamp(now + timedelta(minutes=50)),
+        stamp(now + timedelta(minutes=95)),
+    )
+    assert data["estimated_start_note"] == ""
     assert (data["state"], data["terminating"], data["gpu_class"], data["nodes"]) == (
         "pending",
         False,

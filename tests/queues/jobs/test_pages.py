@@ -281,3 +281,26 @@ def test_a_waiting_job_page_offers_what_would_start_it_sooner(mia, example_polic
     found = {(a.queue, a.capability, a.admitted_now) for a in response.context["alternatives"]}
     assert ("batch", "any-gpu", True) in found  # batch may run it on a free L4 at once
     assert "Would start sooner" in response.content.decode()
+
+
+def test_a_waiting_job_shows_its_likely_start_its_interval_and_the_latest(mia):
+    from datetime import UTC, datetime
+
+    job = submit(mia)
+    at = datetime(2026, 12, 3, 15, 30, tzinfo=UTC)
+    Job.objects.filter(pk=job.pk).update(
+        estimated_start=at,
+        likely_start=datetime(2026, 12, 3, 14, 10, tzinfo=UTC),
+        start_range_low=datetime(2026, 12, 3, 13, 55, tzinfo=UTC),
+        start_range_high=datetime(2026, 12, 3, 14, 40, tzinfo=UTC),
+    )
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    text = " ".join(html[html.index("Estimated start:") :].split("</p>")[0].split())
+    assert text == (
+        'Estimated start: likely <time datetime="2026-12-03T14:10:00Z">2026-12-03 14:10 UTC</time>'
+        ' (<time datetime="2026-12-03T13:55:00Z">2026-12-03 13:55 UTC</time> – '
+        '<time datetime="2026-12-03T14:40:00Z">2026-12-03 14:40 UTC</time>), at the latest '
+        '<time datetime="2026-12-03T15:30:00Z">2026-12-03 15:30 UTC</time>'
+    )

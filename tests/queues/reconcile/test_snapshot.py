@@ -194,3 +194,55 @@ def test_reads_do_not_grow_with_jobs(cluster, mia, django_assert_max_num_queries
         snapshot = snapshot_build(now=timezone.now())
 
     assert len(snapshot.pending) == 30
+
+
+def finished(user, image, ratio, *, queue="training", state="succeeded", days_ago=1):
+    """A finished job of ``user`` that ran ``ratio`` of its one-hour limit."""
+    end = timezone.now() - timedelta(days=days_ago)
+    return submit(
+        user,
+        "vision",
+        queue,
+        "any-gpu",
+        image=image,
+        runtime_limit=timedelta(hours=1),
+        state=state,
+        started_at=end - timedelta(hours=ratio),
+        finished_at=end,
+    )
+
+
+def test_runtime_history_predicts_each_jobs_runtime_shrunk_toward_its_queues(cluster, mia):
+    from django.contrib.auth import get_user_model
+
+    victor = get_user_model().objects.get(username="victor")
+    finished(mia, "train:1", 0.5)
+    finished(mia, "train:1", 0.5, state="failed")
+    finished(victor, "eval:2", 0.2)
+    finished(victor, "eval:2", 0.9)
+    finished(victor, "eval:2", 0.8)
+    finished(victor, "eval:2", 0.1, state="cancelled")  # cancelled: says nothing of runtimes
+    finished(victor, "eval:2", 0.1, days_ago=40)  # too old
+    finished(victor, "eval:2", 0.3, queue="batch")  # four in batch: too few to predict
+    finished(victor, "eval:2", 0.3, queue="batch")
+    finished(victor, "eval:2", 0.3, queue="batch")
+    finished(victor, "eval:2", 0.3, queue="batch")
+    mine = submit(mia, "vision", "training", "any-gpu", image="train:1")
+    new = submit(victor, "vision", "training", "any-gpu", image="new:1")
+    other = submit(mia, "vision", "batch", "any-gpu", image="train:1")
+
+    snapshot = snapshot_build(now=timezone.now())
+
+    forecasts = {job.id: job.forecast for job in snapshot.pending}
+    # the queue: ratios 0.5, 0.5, 0.2, 0.9, 0.8: mean 0.58, 10th percentile 0.2, 90th 0.9;
+    # mia's train:1 (mean 0.5 of 2 jobs) is shrunk toward it: (2 × 0.5 + 3 × 0.58) / 5 = 0.548
+    assert numbers(forecasts[mine.pk]) == pytest.approx((0.548, 0.168, 0.868))
+    assert numbers(forecasts[new.pk]) == pytest.approx((0.58, 0.2, 0.9))
+    assert forecasts[other.pk] is None
+    queues = {q.name: q.forecast for q in snapshot.queues}
+    assert numbers(queues["training"]) == pytest.approx((0.58, 0.2, 0.9))
+    assert queues["batch"] is None
+
+
+def numbers(forecast: engine.Forecast | None) -> tuple[float, float, float] | None:
+    return None if forecast is None else (forecast.likely, forecast.low, forecast.high)

@@ -1,0 +1,252 @@
+"""The forecast follows the policy admission follows: with runtimes as predicted and nothing new
+arriving, every job starts exactly when its estimate says; a job at the head of the queue is
+protected whatever blocks it, its team's quota as well as capacity."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+
+from queues.admission import Forecast, PendingJob, Snapshot, plan
+from queues.admission.testing import (
+    NOW,
+    node,
+    pending,
+    play,
+    queue,
+    running,
+    snapshot,
+    team,
+)
+
+H100 = "h100-80gb"
+QUEUES = (queue("training", default_runtime=timedelta(minutes=30)),)
+
+
+def mixed(seed: int) -> Snapshot:
+    """A small oversubscribed cluster: 4 × 8 H100, running jobs ending at different times, and
+    a burst of 1-16-GPU jobs (gangs of 2 × 8 too) of two teams, one of them short of quota."""
+    rng = random.Random(seed)
+    nodes = [node(f"n{i}") for i in range(4)]
+    busy = [
+        running(
+            100 + i,
+            "vision" if i % 2 else "nlp",
+            f"n{i}",
+            gpus=rng.choice([4, 8]),
+            started=timedelta(minutes=rng.randint(1, 9)),
+            runtime=timedelta(minutes=rng.choice([10, 20, 30])),
+        )
+        for i in range(4)
+    ]
+    shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]
+    jobs = []
+    for i in range(14):
+        pods, gpus = rng.choice(shapes)
+        jobs.append(
+            pending(
+                i + 1,
+                rng.choice(["vision", "nlp"]),
+                gpus=gpus,
+                pods=pods,
+                user=rng.choice(["ann", "bob"]),
+                waited=timedelta(seconds=100 - i),
+                runtime_limit=timedelta(minutes=rng.choice([5, 10, 15, 30])),
+            )
+        )
+    return snapshot(
+        nodes=nodes,
+        queues=QUEUES,
+        teams=[team("vision", {H100: 32}), team("nlp", {H100: 16})],
+        running=busy,
+        pending=jobs,
+    )
+
+
+def test_with_runtimes_at_their_limits_every_job_starts_when_its_bound_says() -> None:
+    # No runtime history: every replay runs jobs to their limits, and ``at`` is that start.
+    for seed in range(6):
+        start = mixed(seed)
+        estimates = {s.job_id: s.estimated_start for s in plan(start).pending}
+        started = play(start)
+        for job_id, estimate in estimates.items():
+            assert estimate.at == started[job_id], (seed, job_id)
+
+
+def test_with_runtimes_as_predicted_every_job_starts_when_likely_says() -> None:
+    for seed in range(6):
+        rng = random.Random(seed)
+        start = mixed(seed)
+        ratios = {job.id: rng.choice([0.3, 0.5, 0.8]) for job in (*start.running, *start.pending)}
+
+        def told(job: PendingJob, ratios: dict[int, float] = ratios) -> PendingJob:
+            ratio = ratios[job.id]
+            return replace(job, forecast=Forecast(ratio, ratio / 2, min(1.0, ratio * 1.5)))
+
+        for job in start.running:
+            assert job.started_at is not None
+            if job.started_at + job.runtime_limit * ratios[job.id] <= NOW:
+                ratios[job.id] = 1.0  # it already ran longer than that: no such prediction
+        start = replace(
+            start,
+            running=tuple(
+                replace(j, forecast=Forecast(ratios[j.id], ratios[j.id], ratios[j.id]))
+                for j in start.running
+            ),
+            pending=tuple(told(j) for j in start.pending),
+        )
+        runs = {j.id: j.runtime_limit * ratios[j.id] for j in start.running}
+        runs.update({j.id: (j.runtime_limit or timedelta(0)) * ratios[j.id] for j in start.pending})
+        result = plan(start)
+        started = play(start, runs)
+        for status in result.pending:
+            estimate = status.estimated_start
+            assert estimate.likely == started[status.job_id], (seed, status.job_id)
+            assert estimate.range_low is not None and estimate.range_high is not None
+            assert estimate.range_low <= estimate.likely <= estimate.range_high
+            assert estimate.at is not None and estimate.range_high <= estimate.at
+
+
+def test_a_gang_blocked_by_its_teams_quota_is_not_passed_by_later_jobs_that_would_delay_it() -> (
+    None
+):
+    # nlp may hold 16 H100; its two 8-GPU jobs end in 10 and 20 minutes. Its 2 × 8 gang waits on
+    # the quota; the 1-GPU jobs submitted after it run 30 minutes, so each would still hold
+    # quota when the second job ends and the gang would wait behind them.
+    start = snapshot(
+        nodes=[node(f"n{i}") for i in range(4)],
+        queues=QUEUES,
+        teams=[team("nlp", {H100: 16})],
+        running=[
+            running(
+                1, "nlp", "n0", gpus=8, started=timedelta(minutes=20), runtime=timedelta(minutes=30)
+            ),
+            running(
+                2, "nlp", "n1", gpus=8, started=timedelta(minutes=10), runtime=timedelta(minutes=30)
+            ),
+        ],
+        pending=[
+            pending(
+                10,
+                "nlp",
+                gpus=8,
+                pods=2,
+                waited=timedelta(minutes=5),
+                runtime_limit=timedelta(minutes=30),
+            ),
+            *(
+                pending(
+                    20 + i,
+                    "nlp",
+                    gpus=1,
+                    waited=timedelta(minutes=4),
+                    runtime_limit=timedelta(minutes=30),
+                )
+                for i in range(4)
+            ),
+            pending(
+                30, "nlp", gpus=1, waited=timedelta(minutes=4), runtime_limit=timedelta(minutes=5)
+            ),
+        ],
+    )
+    result = plan(start)
+    gang = result.status(10)
+    assert gang is not None and gang.binding.code.value == "QuotaExceeded"
+    assert gang.estimated_start.at == NOW + timedelta(minutes=20)
+    started = play(start)
+    assert {s.job_id: s.estimated_start.at for s in result.pending} == started
+    # The gang starts when both 8-GPU jobs have ended, before any 30-minute job of its team;
+    # the 5-minute job fits in the quota job 1 frees and ends before the gang's time.
+    assert started[10] == NOW + timedelta(minutes=20)
+    assert started[30] == NOW + timedelta(minutes=10)
+    assert min(started[20 + i] for i in range(4)) == NOW + timedelta(minutes=50)
+
+
+def test_on_a_fixed_replay_the_interval_holds_at_least_80_percent_of_the_real_starts() -> None:
+    # 36 jobs of four (user, image) groups, each with its own typical share of the limit; the
+    # forecasts are what history of that group says (mean, 10th and 90th percentile of a
+    # uniform spread of ± 0.15), the real run times are drawn from the same spread.
+    rng = random.Random(11)
+    centre = {"ann": 0.45, "bob": 0.6, "cy": 0.75, "di": 0.85}
+    spread = 0.15
+    jobs = []
+    runs = {}
+    for i in range(36):
+        user = rng.choice(sorted(centre))
+        pods, gpus = rng.choice([(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)])
+        limit = timedelta(minutes=rng.randint(3, 10))
+        c = centre[user]
+        forecast = Forecast(c, c - 0.8 * spread, min(1.0, c + 0.8 * spread))
+        jobs.append(
+            pending(
+                i + 1,
+                "vision",
+                gpus=gpus,
+                pods=pods,
+                user=user,
+                waited=timedelta(seconds=100 - i),
+                runtime_limit=limit,
+                forecast=forecast,
+            )
+        )
+        runs[i + 1] = limit * min(1.0, max(0.3, c + rng.uniform(-spread, spread)))
+    start = snapshot(
+        nodes=[node(f"n{i}") for i in range(4)],
+        queues=QUEUES,
+        teams=[team("vision", {H100: 32})],
+        pending=jobs,
+    )
+    result = plan(start)
+    started = play(start, runs)
+    waiting = [s for s in result.pending]
+    inside = [
+        s.estimated_start.range_low <= started[s.job_id] <= s.estimated_start.range_high
+        for s in waiting
+        if s.estimated_start.range_low and s.estimated_start.range_high
+    ]
+    assert len(inside) == len(waiting) >= 25
+    assert sum(inside) / len(inside) >= 0.8, (sum(inside), len(inside))
+    # and never later than the bound
+    assert all(started[s.job_id] <= s.estimated_start.at for s in waiting)  # type: ignore[operator]
+
+
+def test_a_job_kept_back_by_its_teams_quota_shadow_is_told_whose_start_it_would_delay() -> None:
+    # nlp holds 8 of its 16 (job 1, ending in 20 min); its 2 × 8 gang needs all 16, so it waits
+    # on the quota; a 30-minute 4-GPU job behind it would still hold quota at the gang's time.
+    result = plan(
+        snapshot(
+            nodes=[node(f"n{i}") for i in range(4)],
+            queues=QUEUES,
+            teams=[team("nlp", {H100: 16})],
+            running=[
+                running(
+                    1,
+                    "nlp",
+                    "n0",
+                    gpus=8,
+                    started=timedelta(minutes=10),
+                    runtime=timedelta(minutes=30),
+                )
+            ],
+            pending=[
+                pending(10, "nlp", gpus=8, pods=2, waited=timedelta(minutes=5)),
+                pending(
+                    11,
+                    "nlp",
+                    gpus=4,
+                    waited=timedelta(minutes=4),
+                    runtime_limit=timedelta(minutes=30),
+                ),
+            ],
+        )
+    )
+    assert result.admissions == ()
+    small = result.status(11)
+    assert small is not None
+    assert small.binding.code.value == "Priority"
+    assert small.binding.message == (
+        "position 2 of 2 in queue training; its team's free quota is held for job 10 ahead of "
+        "it, which starting this job would delay"
+    )
+    assert small.binding.details["held_for_job"] == 10
