@@ -1,0 +1,423 @@
+"""Kueue's scheduler benchmark replayed end to end through the whole portal.
+
+The scenario is bench/kueue.py (Kueue's baseline mapped to GPUs: 5 GPU classes of 120 GPUs,
+30 teams, 15,000 jobs arriving over about 60 s). The real pieces, each in a process of its own:
+the simulated cluster over HTTP at speed 1 (``python -m simcluster``), PostgreSQL (the database
+``loop_bench``, created and dropped), gunicorn serving the portal (2 sync workers), a Celery
+worker (solo pool, with beat) on Redis db 7. A submitter posts each 100 ms tick's jobs to
+``POST /api/jobs/batch/``; a watch on the cluster's pods notes when each pod is seen running.
+Then, on the quiet cluster, single jobs through ``POST /api/jobs/``: submission to pod running.
+
+    python bench/bench_kueue_replay.py [--cohorts 5] [--scale 1.0] [--quiet-jobs 20]
+
+``--scale 0.2`` replays a fifth of each stream's jobs (same intervals) for a quick look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import kueue, synthetic
+from bench.bench_web import cpu_seconds, free_port, gunicorn_start
+
+DATABASE = "loop_bench"
+REDIS_DB = 7
+REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
+HOST = "127.0.0.1"
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def start_simcluster(tmp: Path, cohorts: int) -> tuple[subprocess.Popen, Path]:
+    nodes = tmp / "cluster.yaml"
+    nodes.write_text(yaml.safe_dump(kueue.cluster_spec(cohorts)))
+    kubeconfig = tmp / "kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "simcluster", "--nodes", str(nodes), "--port", "0", "--speed", "1"]
+        + ["--kubeconfig", str(kubeconfig)],
+        cwd=synthetic.ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("kubeconfig:"):
+            return process, kubeconfig
+    raise RuntimeError("the simulated cluster did not start")
+
+
+def start_worker(env: dict[str, str], tmp: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "celery"), "-A", "portal", "worker", "--pool", "solo"]
+        + ["--beat", "--schedule", str(tmp / "beat"), "--loglevel", "WARNING"],
+        cwd=synthetic.ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "worker.log", "w"),  # noqa: SIM115 (closed with the process)
+    )
+
+
+class PodWatch(threading.Thread):
+    """Follows the portal's pods and notes, by the wall clock of this process, when each pod is
+    first seen running and first seen finished, and the times the cluster reported."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        super().__init__(daemon=True, name="pod-watch")
+        from queues.cluster.adapter import Cluster
+        from queues.cluster.manifests import MANAGED_BY
+
+        self.cluster = Cluster.from_kubeconfig(str(kubeconfig))
+        self.selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+        self.running: dict[str, float] = {}  # pod UID → first seen running (epoch seconds)
+        self.job_of: dict[str, int] = {}  # pod UID → portal job id
+        self.reported: dict[str, tuple[datetime, datetime]] = {}  # UID → (startedAt, finishedAt)
+        self.stopping = threading.Event()
+        self.version = self.cluster.list_all_pods().resource_version
+
+    def run(self) -> None:
+        from queues.cluster.adapter import ClusterUnreachable
+
+        while not self.stopping.is_set():
+            try:
+                self._follow()
+            except ClusterUnreachable:
+                if not self.stopping.is_set():
+                    time.sleep(0.1)
+
+    def _follow(self) -> None:
+        from queues.cluster.pods import pod_facts
+
+        if True:
+            for event in self.cluster.watch(
+                "pods", self.version, timeout_seconds=30, label_selector=self.selector
+            ):
+                obj = event.get("raw_object") or event.get("object") or {}
+                self.version = (obj.get("metadata") or {}).get("resourceVersion", self.version)
+                if event["type"] == "BOOKMARK":
+                    continue
+                facts = pod_facts(obj)
+                if facts.job_id is None:
+                    continue
+                self.job_of[facts.uid] = facts.job_id
+                phase = (obj.get("status") or {}).get("phase")
+                if phase in ("Running", "Succeeded", "Failed"):
+                    self.running.setdefault(facts.uid, time.time())
+                done = facts.container
+                if done.started_at and done.finished_at:
+                    self.reported[facts.uid] = (done.started_at, done.finished_at)
+
+    def first_running_by_job(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for uid, at in list(self.running.items()):
+            job = self.job_of[uid]
+            out[job] = min(at, out.get(job, at))
+        return out
+
+
+class Api:
+    def __init__(self, port: int, token: str) -> None:
+        self.base = f"http://{HOST}:{port}"
+        self.headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+
+    def post(self, path: str, body: Any) -> Any:
+        request = urllib.request.Request(
+            self.base + path, data=json.dumps(body).encode(), headers=self.headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            raise RuntimeError(f"{path}: {error.code} {error.read()[:500]!r}") from error
+
+
+def submit_all(api: Api, arrivals: list[kueue.Arrival], start: float) -> dict[str, float]:
+    """Post each 100 ms tick's jobs in one batch request at their time; returns how late the
+    submitter fell behind the schedule (max and mean, seconds) and the batches' latencies."""
+    ticks: dict[int, list[kueue.Arrival]] = defaultdict(list)
+    for arrival in arrivals:
+        ticks[round(arrival.at * 10)].append(arrival)
+    lateness, latencies = [], []
+    for tick in sorted(ticks):
+        due = start + tick / 10
+        wait = due - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        lateness.append(max(0.0, time.time() - due))
+        chunk = ticks[tick]
+        for i in range(0, len(chunk), 500):
+            sent = time.perf_counter()
+            api.post("/api/jobs/batch/", {"jobs": [a.body() for a in chunk[i : i + 500]]})
+            latencies.append(time.perf_counter() - sent)
+    return {
+        "late_max": max(lateness),
+        "late_mean": sum(lateness) / len(lateness),
+        "batch_mean": sum(latencies) / len(latencies),
+        "batch_p95": kueue.percentile(latencies, 0.95),
+        "batches": len(latencies),
+    }
+
+
+def wait_all_done(total: int, limit: float) -> float:
+    from django.db import connection
+
+    from queues.models import Job, JobState
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done = Job.objects.filter(
+            state__in=[JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
+        ).count()
+        if done >= total:
+            return time.time()
+        time.sleep(0.5)
+    connection.close()
+    raise RuntimeError(f"not every job finished within {limit:.0f} s")
+
+
+def worker_cycles(log: Path) -> str:
+    """The worker's log lines about cycles (warnings only: it logs at WARNING)."""
+    text = log.read_text() if log.exists() else ""
+    errors = [line for line in text.splitlines() if re.search(r"ERROR|Traceback", line)]
+    return f"{len(errors)} error lines in the worker's log" + (f": {errors[:3]}" if errors else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cohorts", type=int, default=5)
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of each stream's jobs")
+    parser.add_argument("--quiet-jobs", type=int, default=20)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-kueue-"))
+    processes: list[subprocess.Popen] = []
+    watch: PodWatch | None = None
+    synthetic.database_create(DATABASE)
+    subprocess.run(["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], capture_output=True, check=False)
+    try:
+        sim, kubeconfig = start_simcluster(tmp, args.cohorts)
+        processes.append(sim)
+        port = args.port or free_port()
+        env = {
+            **synthetic.django_env(DATABASE),
+            "CELERY_BROKER_URL": REDIS_URL,
+            "CLUSTER_MODE": "sim",
+            "KUBECONFIG": str(kubeconfig),
+            "RECONCILE_ON_COMMIT": "true",
+        }
+        synthetic.django_setup(DATABASE, **{k: v for k, v in env.items() if k != "DATABASE_URL"})
+        import io
+
+        from django.contrib.auth import get_user_model
+        from django.core.management import call_command
+
+        from portal.models import ApiToken
+
+        call_command("migrate", verbosity=0)
+        (tmp / "policy.yaml").write_text(yaml.safe_dump(kueue.policy(args.cohorts)))
+        call_command("apply_policy", str(tmp / "policy.yaml"), stdout=io.StringIO())
+        user = get_user_model().objects.get(username=kueue.MEMBER)
+        _, token = ApiToken.issue(user=user, name="replay")
+        server = gunicorn_start(port, env)
+        processes.append(server)
+        worker = start_worker(env, tmp)
+        processes.append(worker)
+        watch = PodWatch(kubeconfig)
+        watch.start()
+        api = Api(port, token)
+        time.sleep(3)  # the worker connects and its first (beat) cycle syncs the nodes
+
+        arrivals = kueue.arrivals(args.cohorts, args.scale)
+        pids = [sim.pid, worker.pid, *_tree(server.pid)]
+        cpu_before = cpu_seconds(pids)
+        load_before = loadavg()
+        start_wall = time.time() + 0.5
+        start = datetime.fromtimestamp(start_wall, UTC)
+        submitted = submit_all(api, arrivals, start_wall)
+        all_done = wait_all_done(len(arrivals), limit=1800)
+        cpu = cpu_seconds(pids) - cpu_before
+        load_after = loadavg()
+        time.sleep(1)
+        from django.db import connection
+
+        connection.close()
+        result = kueue.outcome(start, args.cohorts)
+        running = watch.first_running_by_job()
+        admitted_to_running = admitted_running(running)
+        sim_state = sim_state_of(kubeconfig)
+        quiet = quiet_latency(api, watch, args.quiet_jobs, args.cohorts)
+        interval_problems = kueue.intervals_match_pods(watch.reported)
+        print(
+            report(
+                args,
+                arrivals,
+                result,
+                submitted,
+                admitted_to_running,
+                quiet,
+                sim_state,
+                cpu,
+                all_done - start_wall,
+                load_before,
+                load_after,
+                interval_problems,
+                worker_cycles(tmp / "worker.log"),
+            )
+        )
+    finally:
+        if watch is not None:
+            watch.stopping.set()
+        for process in reversed(processes):
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        from django.db import connections
+
+        connections.close_all()
+        synthetic.database_drop(DATABASE)
+        subprocess.run(
+            ["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], capture_output=True, check=False
+        )
+
+
+def _tree(pid: int) -> list[int]:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return [pid]
+    return [pid] + [int(c) for c in children]
+
+
+def admitted_running(running: dict[int, float]) -> list[float]:
+    """Seconds from each job's (last) admission to its pod first seen running."""
+    from queues.models import Job
+
+    out = []
+    for job_id, admitted in Job.objects.values_list("pk", "admitted_at"):
+        if job_id in running and admitted is not None:
+            out.append(running[job_id] - admitted.timestamp())
+    return out
+
+
+def sim_state_of(kubeconfig: Path) -> dict[str, Any]:
+    config = yaml.safe_load(kubeconfig.read_text())
+    url = config["clusters"][0]["cluster"]["server"]
+    token = config["users"][0]["user"]["token"]
+    request = urllib.request.Request(
+        url + "/sim/state", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def quiet_latency(api: Api, watch: PodWatch, count: int, cohorts: int) -> list[float]:
+    """On the quiet cluster: one job at a time through ``POST /api/jobs/``, from the request
+    sent to its pod seen running."""
+    out = []
+    for i in range(count):
+        body = kueue.Arrival(0, i % cohorts, i % kueue.TEAMS_PER_COHORT, kueue.STREAMS[0], i)
+        job = {**body.body(), "name": f"quiet-{i}"}
+        sent = time.time()
+        job_id = api.post("/api/jobs/", job)["id"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen = watch.first_running_by_job().get(job_id)
+            if seen is not None:
+                out.append(seen - sent)
+                break
+            time.sleep(0.01)
+        time.sleep(1.0)
+    return out
+
+
+def report(
+    args: Any,
+    arrivals: list[kueue.Arrival],
+    result: kueue.Outcome,
+    submitted: dict[str, float],
+    admitted_to_running: list[float],
+    quiet: list[float],
+    sim_state: dict[str, Any],
+    cpu: float,
+    until_seen_done: float,
+    load_before: str,
+    load_after: str,
+    interval_problems: list[str],
+    worker_log: str,
+) -> str:
+    requests = sim_state.get("requests", {})
+    by_class = result.admission_seconds
+    rows = [
+        "| measure | Kueue baseline (6 CPUs) | GPU Portal (this machine) |",
+        "| --- | ---: | ---: |",
+        f"| wall time, start to every job finished | {kueue.KUEUE_WALL_SECONDS:.0f} s | "
+        f"{result.wall_seconds:.1f} s |",
+        f"| quota usage | {kueue.KUEUE_USAGE_PERCENT} % | {result.usage_percent:.1f} % |",
+    ]
+    for stream in kueue.STREAMS:
+        rows.append(
+            f"| mean time to admission, {stream.name} | "
+            f"{kueue.KUEUE_ADMISSION_SECONDS[stream.name]} s | "
+            f"{by_class.get(stream.name, float('nan')):.2f} s |"
+        )
+    a2r = admitted_to_running
+    lines = [
+        f"Scenario: {args.cohorts} cohorts × {kueue.TEAMS_PER_COHORT} teams, "
+        f"{len(arrivals):,} jobs (scale {args.scale:g}); machine load (1/5/15 min) "
+        f"{load_before} before, {load_after} after; {os.cpu_count()} cores shared with other "
+        "work.",
+        "",
+        *rows,
+        "",
+        f"- Jobs: {result.jobs:,} submitted, {result.succeeded:,} succeeded; "
+        f"{result.preemptions} preemptions; checks: "
+        + ("all passed" if not result.problems else f"**{len(result.problems)} failed**: ")
+        + "; ".join(result.problems[:5]),
+        f"- Usage intervals against the pods' reported start and end: "
+        + (
+            "all equal"
+            if not interval_problems
+            else f"**{len(interval_problems)} differ**: {interval_problems[:3]}"
+        ),
+        f"- Admission → pod seen running: mean {sum(a2r) / max(1, len(a2r)):.2f} s, "
+        f"p95 {kueue.percentile(a2r, 0.95):.2f} s ({len(a2r):,} jobs).",
+        f"- Quiet cluster, `POST /api/jobs/` → pod seen running ({len(quiet)} jobs, one at a "
+        f"time): median {kueue.percentile(quiet, 0.5):.2f} s, p95 "
+        f"{kueue.percentile(quiet, 0.95):.2f} s.",
+        f"- API requests the simulated cluster served (replay and quiet phase, the benchmark's "
+        f"own pod watch included): {requests.get('write', 0):,} writes, "
+        f"{requests.get('read', 0):,} reads, {requests.get('watch', 0):,} watches.",
+        f"- Submitter: {submitted['batches']} batch requests, mean "
+        f"{submitted['batch_mean'] * 1000:.0f} ms (p95 {submitted['batch_p95'] * 1000:.0f} ms); "
+        f"behind schedule by {submitted['late_mean']:.2f} s on average, "
+        f"{submitted['late_max']:.2f} s at most.",
+        f"- CPU used by the simulated cluster, gunicorn and the worker during the replay: "
+        f"{cpu:.0f} s over {until_seen_done:.0f} s; {worker_log}.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
