@@ -42,6 +42,10 @@ DATABASE = "loop_bench"
 REDIS_DB = 7
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 HOST = "127.0.0.1"
+# INFO: the worker logs each cycle's summary and time, which the report sums up.
+WORKER_ARGS = ("-A", "portal", "worker", "--pool", "solo", "--loglevel", "INFO", "--beat")
+WORKER_ARGS += ("--schedule",)
+SIM_ARGS = ("-m", "simcluster", "--port", "0", "--speed", "1")
 
 
 def loadavg() -> str:
@@ -53,8 +57,7 @@ def start_simcluster(tmp: Path, cohorts: int) -> tuple[subprocess.Popen, Path]:
     nodes.write_text(yaml.safe_dump(kueue.cluster_spec(cohorts)))
     kubeconfig = tmp / "kubeconfig"
     process = subprocess.Popen(
-        [sys.executable, "-m", "simcluster", "--nodes", str(nodes), "--port", "0", "--speed", "1"]
-        + ["--kubeconfig", str(kubeconfig)],
+        [sys.executable, *SIM_ARGS, "--nodes", str(nodes), "--kubeconfig", str(kubeconfig)],
         cwd=synthetic.ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -68,12 +71,11 @@ def start_simcluster(tmp: Path, cohorts: int) -> tuple[subprocess.Popen, Path]:
 
 def start_worker(env: dict[str, str], tmp: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(Path(sys.executable).parent / "celery"), "-A", "portal", "worker", "--pool", "solo"]
-        + ["--beat", "--schedule", str(tmp / "beat"), "--loglevel", "WARNING"],
+        [str(Path(sys.executable).parent / "celery"), *WORKER_ARGS, str(tmp / "beat")],
         cwd=synthetic.ROOT,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "worker.log", "w"),  # noqa: SIM115 (closed with the process)
+        stderr=(tmp / "worker.log").open("w"),
     )
 
 
@@ -107,24 +109,23 @@ class PodWatch(threading.Thread):
     def _follow(self) -> None:
         from queues.cluster.pods import pod_facts
 
-        if True:
-            for event in self.cluster.watch(
-                "pods", self.version, timeout_seconds=30, label_selector=self.selector
-            ):
-                obj = event.get("raw_object") or event.get("object") or {}
-                self.version = (obj.get("metadata") or {}).get("resourceVersion", self.version)
-                if event["type"] == "BOOKMARK":
-                    continue
-                facts = pod_facts(obj)
-                if facts.job_id is None:
-                    continue
-                self.job_of[facts.uid] = facts.job_id
-                phase = (obj.get("status") or {}).get("phase")
-                if phase in ("Running", "Succeeded", "Failed"):
-                    self.running.setdefault(facts.uid, time.time())
-                done = facts.container
-                if done.started_at and done.finished_at:
-                    self.reported[facts.uid] = (done.started_at, done.finished_at)
+        for event in self.cluster.watch(
+            "pods", self.version, timeout_seconds=30, label_selector=self.selector
+        ):
+            obj = event.get("raw_object") or event.get("object") or {}
+            self.version = (obj.get("metadata") or {}).get("resourceVersion", self.version)
+            if event["type"] == "BOOKMARK":
+                continue
+            facts = pod_facts(obj)
+            if facts.job_id is None:
+                continue
+            self.job_of[facts.uid] = facts.job_id
+            phase = (obj.get("status") or {}).get("phase")
+            if phase in ("Running", "Succeeded", "Failed"):
+                self.running.setdefault(facts.uid, time.time())
+            done = facts.container
+            if done.started_at and done.finished_at:
+                self.reported[facts.uid] = (done.started_at, done.finished_at)
 
     def first_running_by_job(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -293,9 +294,10 @@ def main() -> None:
                 process.wait(15)
             except subprocess.TimeoutExpired:
                 process.kill()
-        from django.db import connections
+        if "django" in sys.modules:
+            from django.db import connections
 
-        connections.close_all()
+            connections.close_all()
         synthetic.database_drop(DATABASE)
         subprocess.run(
             ["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], capture_output=True, check=False
@@ -395,7 +397,7 @@ def report(
         f"{result.preemptions} preemptions; checks: "
         + ("all passed" if not result.problems else f"**{len(result.problems)} failed**: ")
         + "; ".join(result.problems[:5]),
-        f"- Usage intervals against the pods' reported start and end: "
+        "- Usage intervals against the pods' reported start and end: "
         + (
             "all equal"
             if not interval_problems

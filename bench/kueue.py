@@ -89,9 +89,7 @@ def policy(cohorts: int) -> dict[str, Any]:
                 "namespace": team(c, t),
                 "cost_center": f"CC-{c}{t}",
                 "members": [MEMBER],
-                "quotas": {
-                    gpu_class(c): {"nominal": NOMINAL, "borrowing_limit": BORROWING_LIMIT}
-                },
+                "quotas": {gpu_class(c): {"nominal": NOMINAL, "borrowing_limit": BORROWING_LIMIT}},
             }
             for c in range(cohorts)
             for t in range(TEAMS_PER_COHORT)

@@ -3,11 +3,11 @@
 The official client has no informer; this is the small one the portal needs. One thread per
 kind (nodes, pods, the portal's Jobs) lists, then watches from the list's resourceVersion,
 applying each event to an in-memory copy, and calls ``on_freed`` (if given) when an event
-says GPUs were given back: a pod or a Job ended, or a pod went. A ``410 Gone`` (the version fell out of the server's
-history) relists and resumes; any other error backs off (1 s doubling to 30 s) and retries, and
-``error`` says since when the mirror has been failing. A reconcile reads the copy with no API
-call at all, so a cycle's calls are the writes it makes: they grow with what changed, not with
-how many jobs there are.
+says GPUs were given back: a pod or a Job ended, or a pod went. A ``410 Gone`` (the version
+fell out of the server's history) relists and resumes; any other error backs off (1 s doubling
+to 30 s) and retries, and ``error`` says since when the mirror has been failing. A reconcile
+reads the copy with no API call at all, so a cycle's calls are the writes it makes: they grow
+with what changed, not with how many jobs there are.
 """
 
 from __future__ import annotations
@@ -148,9 +148,7 @@ class _Follower(threading.Thread):
                 if version:
                     self.resource_version = version
             self.failing_since, self.last_error = None, ""
-            if self.on_freed is not None and frees_gpus(
-                self.kind.name, event["type"], before, obj
-            ):
+            if self.on_freed is not None and frees_gpus(self.kind.name, event["type"], before, obj):
                 self.on_freed()
 
 

@@ -400,8 +400,9 @@ STEPS = [
     "jobs_sync",
     "usage_sync",
     "plan_apply",
-    "queue_estimates_store",
     "cluster_apply",
+    "pending_reasons_store",
+    "queue_estimates_store",
     "queue_stats_refresh",
 ]
 CYCLES = ["admitting", "starting", "finishing"]
