@@ -124,7 +124,7 @@ class PodWatch(threading.Thread):
             if phase in ("Running", "Succeeded", "Failed"):
                 self.running.setdefault(facts.uid, time.time())
             done = facts.container
-            if done.started_at and done.finished_at:
+            if phase == "Succeeded" and done.started_at and done.finished_at:
                 self.reported[facts.uid] = (done.started_at, done.finished_at)
 
     def first_running_by_job(self) -> dict[int, float]:

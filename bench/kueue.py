@@ -283,7 +283,7 @@ def outcome(start: datetime, cohorts: int) -> Outcome:
             gpus = held.pop(job.pk)
             holding_class[key_class] -= gpus
             holding_team[key_team] -= gpus
-    intervals = list(UsageInterval.objects.all())
+    intervals = list(UsageInterval.objects.order_by("started_at", "id"))
     per_job = defaultdict(list)
     gpu_seconds = 0.0
     for interval in intervals:
@@ -291,9 +291,13 @@ def outcome(start: datetime, cohorts: int) -> Outcome:
         if interval.ended_at is None:
             problems.append(f"interval of pod {interval.pod_name} never closed")
             continue
-        if interval.end_estimated:
-            problems.append(f"interval of pod {interval.pod_name}: end estimated, not reported")
         gpu_seconds += interval.devices * (interval.ended_at - interval.started_at).total_seconds()
+    for job_id, held_by in per_job.items():
+        # The pod that completed the job ended as the cluster reported; a preempted one's end
+        # may be estimated (its deletion plus the grace period).
+        last = held_by[-1]
+        if jobs[job_id].state == JobState.SUCCEEDED and last.end_estimated:
+            problems.append(f"interval of pod {last.pod_name}: end estimated, not reported")
     preemptions = sum(1 for e in events if e.kind == EventKind.PREEMPTED)
     for job in jobs.values():
         if job.state == JobState.SUCCEEDED and not per_job.get(job.pk):
@@ -317,15 +321,17 @@ def outcome(start: datetime, cohorts: int) -> Outcome:
 
 
 def intervals_match_pods(pods: dict[str, tuple[datetime, datetime]]) -> list[str]:
-    """Every usage interval against its pod's start and end as the cluster reported them
-    (``pods``: pod UID → (startedAt, finishedAt)); returns the mismatches."""
+    """The usage interval of every pod that ran to its end against the start and end the
+    cluster reported (``pods``: pod UID → (startedAt, finishedAt)); returns the mismatches,
+    and every such pod without an interval."""
     from queues.models import UsageInterval
 
     problems = []
-    for interval in UsageInterval.objects.all():
-        reported = pods.get(interval.pod_uid)
-        if reported is None:
-            problems.append(f"{interval.pod_name}: no such pod in the cluster")
+    intervals = {i.pod_uid: i for i in UsageInterval.objects.filter(pod_uid__in=list(pods))}
+    for uid, reported in pods.items():
+        interval = intervals.get(uid)
+        if interval is None:
+            problems.append(f"pod {uid} ran {reported[0]} – {reported[1]} without an interval")
         elif (interval.started_at, interval.ended_at) != reported:
             problems.append(
                 f"{interval.pod_name}: interval {interval.started_at} – {interval.ended_at}, "

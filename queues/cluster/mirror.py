@@ -29,6 +29,9 @@ T = TypeVar("T")
 
 WATCH_SECONDS = 60
 MAX_BACKOFF = 30.0
+# How long a deleted object's last state is kept (``gone``): long enough for the next cycles
+# to read how a pod that went between two of them ended.
+TOMBSTONE_SECONDS = 300.0
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -90,6 +93,8 @@ class _Follower(threading.Thread):
         self.last_error = ""
         self.relists = 0
         self.on_freed = on_freed
+        # Deleted objects' last states by key, with when they went (monotonic seconds).
+        self.gone: dict[str, tuple[float, dict[str, Any]]] = {}
 
     def run(self) -> None:
         backoff = 1.0
@@ -128,6 +133,13 @@ class _Follower(threading.Thread):
         if self.on_freed is not None and self.relists > 1:
             self.on_freed()
 
+    def _bury(self, key: str, obj: dict[str, Any]) -> None:
+        """Keep a deleted object's last state a while (under the lock), forgetting old ones."""
+        now = time.monotonic()
+        self.gone[key] = (now, obj)
+        if len(self.gone) % 100 == 0:
+            self.gone = {k: v for k, v in self.gone.items() if now - v[0] < TOMBSTONE_SECONDS}
+
     def _follow(self) -> None:
         for event in self.cluster.watch(
             self.kind.name,
@@ -145,6 +157,7 @@ class _Follower(threading.Thread):
                     self.objects[_key(obj)] = obj
                 elif event["type"] == "DELETED":
                     self.objects.pop(_key(obj), None)
+                    self._bury(_key(obj), obj)
                 if version:
                     self.resource_version = version
             self.failing_since, self.last_error = None, ""
@@ -202,6 +215,13 @@ class ClusterMirror:
     def items(self, kind: str) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.followers[kind].objects.values())
+
+    def gone(self, kind: str) -> list[dict[str, Any]]:
+        """The last states of objects of ``kind`` deleted in the last few minutes (a pod that
+        ended and went between two cycles: how it ended, which its deletion does not say)."""
+        horizon = time.monotonic() - TOMBSTONE_SECONDS
+        with self.lock:
+            return [obj for at, obj in self.followers[kind].gone.values() if at >= horizon]
 
     def facts(self, kind: str, build: Callable[[dict[str, Any]], T]) -> list[T]:
         """``build`` of every object of ``kind``, remembered per object and rebuilt only when

@@ -49,6 +49,17 @@ def worker_mirror() -> ClusterMirror:
     return _MIRROR
 
 
+def worker_mirror_stop() -> None:
+    """Stop this process's mirror and its nudger (a worker shutting down; tests)."""
+    global _MIRROR, _NUDGER
+    with _MIRROR_LOCK:
+        if _MIRROR is not None:
+            _MIRROR.stop()
+        if _NUDGER is not None:
+            _NUDGER.stop()
+        _MIRROR = _NUDGER = None
+
+
 @shared_task(
     name="queues.reconcile",
     acks_late=True,

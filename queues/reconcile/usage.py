@@ -16,7 +16,8 @@ from queues.reconcile.view import ClusterView, CycleReport
 
 
 def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
-    """Open an interval for every portal pod that started, close it when the pod ends or goes."""
+    """Open an interval for every portal pod that started, close it when the pod ends or goes
+    (at the end it reported, read from its last state when it went between two cycles)."""
     pods = {p.uid: p for p in view.pods if p.job_id is not None}
     # Every running pod has an open interval: read only what closing one needs.
     open_rows = UsageInterval.objects.only(
@@ -26,7 +27,8 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
     known = {i.pod_uid for i in open_intervals}
     started = [
         p
-        for p in pods.values()
+        # A pod that started, ended and went between two cycles held GPUs too.
+        for p in [*pods.values(), *view.gone.values()]
         if p.node and p.devices and p.container.started_at and p.uid not in known
     ]
     if started:
@@ -71,8 +73,12 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
 
     for interval in open_intervals:
         pod = pods.get(interval.pod_uid)
+        went = view.gone.get(interval.pod_uid)
         if pod is not None and pod.container.finished_at:
             end, estimated = pod.container.finished_at, False
+        elif pod is None and went is not None and went.container.finished_at:
+            # Ended and deleted since the last cycle: its last state says when it ended.
+            end, estimated = went.container.finished_at, False
         elif pod is not None and pod.phase in ("Succeeded", "Failed"):
             end, estimated = now, True
         elif pod is not None:
