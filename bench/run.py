@@ -15,6 +15,10 @@ BENCHMARKS = [
     ("Reconcile: one cycle against the simulated cluster", ["bench/bench_reconcile.py"]),
     ("Pages, API and submissions under gunicorn", ["bench/bench_web.py"]),
     ("Chargeback: a monthly statement", ["bench/bench_chargeback.py"]),
+    (
+        "End to end: Kueue's scheduler benchmark replayed through the whole portal",
+        ["bench/bench_kueue_replay.py"],
+    ),
 ]
 
 

@@ -202,6 +202,21 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
         [a.job_id for a in plan.admissions] + [p.job_id for p in plan.preemptions]
     )
     classes = {g.name: g for g in GpuClass.objects.all()}
+    # One transaction, one commit: each change is still conditional on the state it leaves,
+    # and a commit per admission (with its flush to disk) was most of this step's time.
+    with transaction.atomic():
+        _admit_and_preempt(plan, jobs, classes, now=now, report=report)
+    admitted_reasons_store(plan)
+
+
+def _admit_and_preempt(
+    plan: engine.Plan,
+    jobs: dict[int, Job],
+    classes: dict[str, GpuClass],
+    *,
+    now: datetime,
+    report: CycleReport,
+) -> None:
     for admission in plan.admissions:
         job = jobs.get(admission.job_id)
         if job is None or job.state != JobState.PENDING:
@@ -245,7 +260,6 @@ def plan_apply(plan: engine.Plan, *, now: datetime, report: CycleReport) -> None
             preempted_for_id=preemption.for_job,
         ):
             report.preempted.append(job.pk)
-    admitted_reasons_store(plan)
 
 
 def _mig_profile(job: Job) -> str:
@@ -302,21 +316,30 @@ def cluster_apply(
         .order_by("id")
     )
     waiting = _waiting_for_victims([job.pk for job in to_create])
-    for job in to_create:
-        if job.pk in waiting:
-            _note_waiting_for_victims(job, waiting[job.pk])
-            continue
-        manifest = job_manifest(launch_spec(job))
-        try:
-            cluster.ensure_namespace(job.team.namespace)
-            created = cluster.create_job(manifest)
-        except ClusterRejected as exc:
-            _create_refused(job, exc, now=now, report=report)
-            continue
-        report.jobs_created += int(created)
-        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED, k8s_job_name="").update(
-            k8s_job_name=manifest["metadata"]["name"]
-        )
+    created_names: list[tuple[int, str]] = []
+    try:
+        for job in to_create:
+            if job.pk in waiting:
+                _note_waiting_for_victims(job, waiting[job.pk])
+                continue
+            manifest = job_manifest(launch_spec(job))
+            try:
+                cluster.ensure_namespace(job.team.namespace)
+                created = cluster.create_job(manifest)
+            except ClusterRejected as exc:
+                _create_refused(job, exc, now=now, report=report)
+                continue
+            report.jobs_created += int(created)
+            created_names.append((job.pk, manifest["metadata"]["name"]))
+    finally:
+        # The names of the Jobs created, in one commit (also when the cluster stopped
+        # answering halfway); a crash before it loses nothing: the next cycle's create finds
+        # its own Job, which is success.
+        with transaction.atomic():
+            for job_id, name in created_names:
+                Job.objects.filter(pk=job_id, state=JobState.ADMITTED, k8s_job_name="").update(
+                    k8s_job_name=name
+                )
     ending = Job.objects.filter(state__in=TERMINATING_STATES, terminating=True).select_related(
         "team", "queue"
     )
