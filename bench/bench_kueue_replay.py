@@ -323,9 +323,9 @@ def main() -> None:
         result = kueue.outcome(start, args.cohorts)
         running = watch.first_running_by_job()
         admitted_to_running = admitted_running(running)
+        interval_problems = kueue.intervals_match_pods(dict(watch.reported))
         sim_state = sim_state_of(kubeconfig)
         quiet = quiet_latency(api, watch, args.quiet_jobs, args.cohorts)
-        interval_problems = kueue.intervals_match_pods(watch.reported)
         print(
             report(
                 args,
@@ -467,8 +467,8 @@ def report(
         f"- Quiet cluster, `POST /api/jobs/` → pod seen running ({len(quiet)} jobs, one at a "
         f"time): median {kueue.percentile(quiet, 0.5):.2f} s, p95 "
         f"{kueue.percentile(quiet, 0.95):.2f} s.",
-        f"- API requests the simulated cluster served (replay and quiet phase, the benchmark's "
-        f"own pod watch included): {requests.get('write', 0):,} writes, "
+        f"- API requests the simulated cluster served during the replay (the benchmark's own "
+        f"pod watch included): {requests.get('write', 0):,} writes, "
         f"{requests.get('read', 0):,} reads, {requests.get('watch', 0):,} watches.",
         f"- Submitter: {submitted['batches']} batch requests, mean "
         f"{submitted['batch_mean'] * 1000:.0f} ms (p95 {submitted['batch_p95'] * 1000:.0f} ms); "
