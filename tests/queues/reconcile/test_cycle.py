@@ -97,6 +97,23 @@ def test_a_job_lives_from_pending_to_succeeded_with_the_clusters_times(sim_clust
     assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
 
 
+def test_a_job_that_started_and_ended_between_two_cycles_ends_in_one(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", seconds=60)
+    cycle()
+    sim_cluster.advance(90)  # the image pulled, the pod ran its 60 s and completed
+
+    second = cycle()
+
+    job.refresh_from_db()
+    # Started and succeeded in the same cycle: its GPUs are free for the next job at once.
+    assert second.transitions == {"admitted→running": 1, "running→succeeded": 1}
+    assert job.state == JobState.SUCCEEDED
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+    interval = UsageInterval.objects.get(job=job)
+    assert interval.ended_at - interval.started_at == timedelta(seconds=60)
+    assert (interval.started_at, interval.ended_at) == (job.started_at, job.finished_at)
+
+
 def test_a_jobs_pods_are_told_where_the_portal_is_with_a_token_for_this_job_alone(
     sim_cluster, cycle, mia, settings
 ):
