@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -28,10 +29,16 @@ from queues.models import (
     Team,
 )
 from queues.reconcile.jobs import TERMINATING_STATES, job_transition
+from queues.reconcile.leases import lease_acquire
 from queues.reconcile.view import ClusterView, CycleReport
 
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
+# Up to this many waiting jobs, every cycle refreshes all their reasons, positions and
+# estimates; beyond, those already shown are refreshed every REASONS_REFRESH at most.
+REASONS_ALL_UP_TO = 500
+REASONS_REFRESH = timedelta(seconds=5)
+REASONS_LEASE = "pending-reasons-refresh"
 
 
 def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
@@ -42,9 +49,21 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
 
 
 def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
-    """Store every pending job's reasons, estimated start and position (changed rows only)."""
+    """Store every pending job's reasons, estimated start and position (changed rows only).
+
+    With more than ``REASONS_ALL_UP_TO`` jobs waiting, the jobs that already show reasons are
+    refreshed at most every ``REASONS_REFRESH`` (whichever cycle comes first after it; the
+    lease says when), and in the cycles between only the jobs that show none yet (new or back
+    in the queue) get theirs: cycles run as soon as pods end, many a second under churn, and
+    rewriting thousands of positions and estimates in each made the cycle's cost grow with
+    the queue instead of with what changed."""
     statuses = {s.job_id: s for s in plan.pending}
-    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING).only(
+    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING)
+    if len(statuses) > REASONS_ALL_UP_TO and not lease_acquire(
+        name=REASONS_LEASE, holder=uuid.uuid4().hex, ttl=REASONS_REFRESH
+    ):
+        current = current.filter(position__isnull=True)
+    current = current.only(
         "id",
         "pending_reasons",
         "estimated_start",

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from queues.cluster.adapter import Cluster
@@ -192,6 +193,31 @@ def test_a_waiting_job_gets_its_reasons_and_position(cycle, mia):
     assert too_big.position == 1
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
+
+
+def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_ones_at_once(
+    cycle, mia, monkeypatch
+):
+    import queues.reconcile.plan as plan
+    from queues.models import Lease
+
+    monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting
+    first = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    second = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    cycle()  # the first refresh of all
+    Job.objects.filter(pk=first.pk).update(position=7)  # as if shown a while ago
+    third = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+
+    cycle()
+
+    positions = dict(Job.objects.values_list("pk", "position"))
+    assert [positions[j.pk] for j in (first, second, third)] == [7, 2, 3]
+    Lease.objects.filter(name=plan.REASONS_LEASE).update(expires_at=timezone.now())
+
+    cycle()
+
+    positions = dict(Job.objects.values_list("pk", "position"))
+    assert [positions[j.pk] for j in (first, second, third)] == [1, 2, 3]
 
 
 def test_running_twice_changes_nothing_more(sim_cluster, cycle, mia):
