@@ -125,20 +125,25 @@ def pending_rows_update(jobs: list[Job], fields: list[str]) -> None:
         return
     meta = Job._meta
     quote = connection.ops.quote_name
-    columns = [meta.get_field(name) for name in fields]
-    table, pk, state = quote(meta.db_table), quote(meta.pk.column), quote("state")
+    concrete = {f.name: f for f in meta.concrete_fields}
+    columns = [concrete[name] for name in fields]
+    names = {c.name: quote(c.column or c.name) for c in columns}
+    table, pk, state = quote(meta.db_table), quote("id"), quote("state")
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             rows = [
-                {"id": job.pk, **{c.column: _json_value(getattr(job, c.attname)) for c in columns}}
+                {
+                    "id": job.pk,
+                    **{c.column or c.name: _json_value(getattr(job, c.attname)) for c in columns},
+                }
                 for job in jobs
             ]
             record = ", ".join(
-                ["id bigint", *(f"{quote(c.column)} {c.db_type(connection)}" for c in columns)]
+                ["id bigint", *(f"{names[c.name]} {c.db_type(connection)}" for c in columns)]
             )
             cursor.execute(
                 f"UPDATE {table} AS j SET "
-                + ", ".join(f"{quote(c.column)} = v.{quote(c.column)}" for c in columns)
+                + ", ".join(f"{names[c.name]} = v.{names[c.name]}" for c in columns)
                 + f" FROM jsonb_to_recordset(%s::jsonb) AS v({record})"
                 f" WHERE j.{pk} = v.id AND j.{state} = %s",
                 [json.dumps(rows), JobState.PENDING.value],
@@ -146,7 +151,7 @@ def pending_rows_update(jobs: list[Job], fields: list[str]) -> None:
             return
         cursor.executemany(
             f"UPDATE {table} SET "
-            + ", ".join(f"{quote(c.column)} = %s" for c in columns)
+            + ", ".join(f"{names[c.name]} = %s" for c in columns)
             + f" WHERE {pk} = %s AND {state} = %s",
             [
                 [c.get_db_prep_save(getattr(job, c.attname), connection) for c in columns]
