@@ -51,8 +51,9 @@ STEPS = (
     "with_default_probes",
     "plan",
     "plan_apply",
-    "queue_estimates_store",
     "cluster_apply",
+    "pending_reasons_store",
+    "queue_estimates_store",
     "queue_stats_refresh",
 )
 
@@ -165,7 +166,7 @@ def step_timers() -> dict[str, float]:
     """Wrap the cycle's steps so each cycle's time is split by step (bench-only; the module's
     functions are looked up at call time, so wrapping them in place is enough)."""
     import queues.admission
-    import queues.reconcile as reconcile
+    import queues.reconcile.cycle as reconcile
 
     spent: dict[str, float] = defaultdict(float)
 

@@ -16,6 +16,10 @@ BENCHMARKS = [
     ("Pages, API and submissions under gunicorn", ["bench/bench_web.py"]),
     ("Chargeback: a monthly statement", ["bench/bench_chargeback.py"]),
     ("Estimated starts: a replay through the portal's stack", ["bench/bench_estimates.py"]),
+    (
+        "End to end: Kueue's scheduler benchmark replayed through the whole portal",
+        ["bench/bench_kueue_replay.py"],
+    ),
 ]
 
 

@@ -105,6 +105,10 @@ class SimServer:
         self.tick_interval = tick_interval
         self.bookmark_interval = bookmark_interval
         self.stopping = threading.Event()
+        # API requests served, by kind ("read", "write", "watch"): what a client cost the
+        # control plane (GET /sim/state reports them; /sim requests are not counted).
+        self.requests: dict[str, int] = {"read": 0, "write": 0, "watch": 0}
+        self._requests_lock = threading.Lock()
         self._httpd = _HttpServer((host, port), _Handler, self)
         self._threads: list[threading.Thread] = []
         self._serving = False
@@ -120,6 +124,10 @@ class SimServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def count_request(self, kind: str) -> None:
+        with self._requests_lock:
+            self.requests[kind] += 1
 
     def write_kubeconfig(self, path: str | Path) -> Path:
         """Write a kubeconfig for this server (its URL and token) to ``path``."""
@@ -261,6 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(self._sim_api(method, path, body_bytes))
                 return
             is_watch = method == "GET" and query.get("watch") in ("true", "1")
+            self.sim.count_request("watch" if is_watch else "read" if method == "GET" else "write")
             fault = self.cluster.faults.take(method, path, is_watch)
             if fault is not None and fault.delay_seconds and not fault.after:
                 time.sleep(fault.delay_seconds)
@@ -359,7 +368,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _sim_api(self, method: str, path: str, body: bytes) -> Response:
         data = _json(body) if body else {}
         if (method, path) == ("GET", "/sim/state"):
-            return Response(200, self.cluster.summary())
+            with self.sim._requests_lock:
+                requests = dict(self.sim.requests)
+            return Response(200, {**self.cluster.summary(), "requests": requests})
         if (method, path) == ("POST", "/sim/clock"):
             if not isinstance(data, dict) or not isinstance(data.get("advance"), int | float):
                 raise bad_request('expected {"advance": seconds}')

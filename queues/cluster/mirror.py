@@ -2,11 +2,12 @@
 
 The official client has no informer; this is the small one the portal needs. One thread per
 kind (nodes, pods, the portal's Jobs) lists, then watches from the list's resourceVersion,
-applying each event to an in-memory copy. A ``410 Gone`` (the version fell out of the server's
-history) relists and resumes; any other error backs off (1 s doubling to 30 s) and retries, and
-``error`` says since when the mirror has been failing. A reconcile reads the copy with no API
-call at all, so a cycle's calls are the writes it makes: they grow with what changed, not with
-how many jobs there are.
+applying each event to an in-memory copy, and calls ``on_freed`` (if given) when an event
+says GPUs were given back: a pod or a Job ended, or a pod went. A ``410 Gone`` (the version
+fell out of the server's history) relists and resumes; any other error backs off (1 s doubling
+to 30 s) and retries, and ``error`` says since when the mirror has been failing. A reconcile
+reads the copy with no API call at all, so a cycle's calls are the writes it makes: they grow
+with what changed, not with how many jobs there are.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ T = TypeVar("T")
 
 WATCH_SECONDS = 60
 MAX_BACKOFF = 30.0
+# How long a deleted object's last state is kept (``gone``): long enough for the next cycles
+# to read how a pod that went between two of them ended.
+TOMBSTONE_SECONDS = 300.0
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -42,10 +46,41 @@ class _Kind:
     label_selector: str | None = None
 
 
+FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def frees_gpus(kind: str, event_type: str, before: dict | None, after: dict) -> bool:
+    """Whether an event of ``kind`` means GPUs were given back (a pod or a Job that ended, a
+    pod that went): what a cycle waits for to admit the next jobs. Pods starting, Jobs being
+    created and nodes' heartbeats are not."""
+    if kind == "pods":
+        if event_type == "DELETED":
+            return True
+        was = ((before or {}).get("status") or {}).get("phase")
+        now = (after.get("status") or {}).get("phase")
+        return now in FINISHED_POD_PHASES and was not in FINISHED_POD_PHASES
+    if kind == "jobs" and event_type != "DELETED":
+        return _job_ended(after) and not (before is not None and _job_ended(before))
+    return False
+
+
+def _job_ended(job: dict) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+    )
+
+
 class _Follower(threading.Thread):
     """Keeps ``objects`` equal to what the cluster has of one kind."""
 
-    def __init__(self, cluster: Cluster, kind: _Kind, lock: threading.Lock) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        kind: _Kind,
+        lock: threading.Lock,
+        on_freed: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(name=f"mirror-{kind.name}", daemon=True)
         self.cluster = cluster
         self.kind = kind
@@ -57,6 +92,9 @@ class _Follower(threading.Thread):
         self.failing_since: datetime | None = None
         self.last_error = ""
         self.relists = 0
+        self.on_freed = on_freed
+        # Deleted objects' last states by key, with when they went (monotonic seconds).
+        self.gone: dict[str, tuple[float, dict[str, Any]]] = {}
 
     def run(self) -> None:
         backoff = 1.0
@@ -92,6 +130,15 @@ class _Follower(threading.Thread):
         self.relists += 1
         self.failing_since, self.last_error = None, ""
         self.synced.set()
+        if self.on_freed is not None and self.relists > 1:
+            self.on_freed()
+
+    def _bury(self, key: str, obj: dict[str, Any]) -> None:
+        """Keep a deleted object's last state a while (under the lock), forgetting old ones."""
+        now = time.monotonic()
+        self.gone[key] = (now, obj)
+        if len(self.gone) % 100 == 0:
+            self.gone = {k: v for k, v in self.gone.items() if now - v[0] < TOMBSTONE_SECONDS}
 
     def _follow(self) -> None:
         for event in self.cluster.watch(
@@ -105,19 +152,25 @@ class _Follower(threading.Thread):
             obj = event.get("raw_object") or event.get("object") or {}
             version = (obj.get("metadata") or {}).get("resourceVersion", "")
             with self.lock:
+                before = self.objects.get(_key(obj))
                 if event["type"] in ("ADDED", "MODIFIED"):
                     self.objects[_key(obj)] = obj
                 elif event["type"] == "DELETED":
                     self.objects.pop(_key(obj), None)
+                    self._bury(_key(obj), obj)
                 if version:
                     self.resource_version = version
             self.failing_since, self.last_error = None, ""
+            if self.on_freed is not None and frees_gpus(self.kind.name, event["type"], before, obj):
+                self.on_freed()
 
 
 class ClusterMirror:
-    """Nodes, every pod and the portal's Jobs, kept current by watches."""
+    """Nodes, every pod and the portal's Jobs, kept current by watches. ``on_freed`` is called
+    (from a watch thread; it must return quickly) whenever an event says GPUs were given back.
+    A relist calls it too: what changed while the watch was down is not known event by event."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, on_freed: Callable[[], None] | None = None) -> None:
         self.cluster = cluster
         self.lock = threading.Lock()
         kinds = [
@@ -129,7 +182,7 @@ class ClusterMirror:
                 label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}",
             ),
         ]
-        self.followers = {k.name: _Follower(cluster, k, self.lock) for k in kinds}
+        self.followers = {k.name: _Follower(cluster, k, self.lock, on_freed) for k in kinds}
         # kind -> (the builder, {object key: (resourceVersion, facts)}), for ``facts``.
         self._facts: dict[str, tuple[Callable[..., Any], dict[str, tuple[str, Any]]]] = {}
 
@@ -162,6 +215,13 @@ class ClusterMirror:
     def items(self, kind: str) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.followers[kind].objects.values())
+
+    def gone(self, kind: str) -> list[dict[str, Any]]:
+        """The last states of objects of ``kind`` deleted in the last few minutes (a pod that
+        ended and went between two cycles: how it ended, which its deletion does not say)."""
+        horizon = time.monotonic() - TOMBSTONE_SECONDS
+        with self.lock:
+            return [obj for at, obj in self.followers[kind].gone.values() if at >= horizon]
 
     def facts(self, kind: str, build: Callable[[dict[str, Any]], T]) -> list[T]:
         """``build`` of every object of ``kind``, remembered per object and rebuilt only when

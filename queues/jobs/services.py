@@ -9,7 +9,12 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from queues.jobs.requests import JobRequest, job_request_errors, pending_cap_errors
+from queues.jobs.requests import (
+    JobRequest,
+    job_request_errors,
+    pending_cap_errors,
+    requests_prefetch,
+)
 from queues.models import (
     ACTIVE_JOB_STATES,
     K8S_JOB_STATES,
@@ -100,6 +105,7 @@ def job_submit_batch(*, requests: list[JobRequest]) -> list[Job]:
     terms as ``job_submit`` checks one; then all are stored in one transaction and one
     reconcile is requested. Raises ``BatchRejected`` naming every refused submission."""
     cache: dict[tuple, Any] = {}
+    requests_prefetch(requests, cache)
     errors = {}
     for index, request in enumerate(requests):
         if refused := job_request_errors(request, cache=cache):

@@ -1,8 +1,9 @@
 """One reconcile cycle: cluster → mirror → snapshot → engine → plan → database → cluster.
 
     sync nodes and pods → move job states from what the cluster reports → open and close usage
-    intervals → build the snapshot → plan → store admissions, preemptions, reasons and
-    estimates → create and delete Kubernetes Jobs → note the cluster's health.
+    intervals → build the snapshot → plan → store admissions and preemptions → create and
+    delete Kubernetes Jobs → note the cluster's health → store the waiting jobs' reasons and
+    estimates, the queues' estimates and numbers.
 
 Crash-safe by construction, not by luck: every job state change is a conditional UPDATE on the
 state it leaves; Job names are derived from job ids and a create that finds its own Job is
@@ -34,6 +35,7 @@ from queues.reconcile.leases import lease_acquire, lease_release
 from queues.reconcile.nodes import maintenance_preempt, nodes_sync
 from queues.reconcile.plan import (
     cluster_apply,
+    pending_reasons_store,
     plan_apply,
     plan_store_reasons,
     queue_estimates_store,
@@ -86,7 +88,6 @@ def reconcile_cycle(
         snapshot = with_default_probes(snapshot_build(now=now))
         plan = engine.plan(snapshot)
         plan_apply(plan, now=now, report=report)
-        queue_estimates_store(snapshot, plan, now=now)
         try:
             cluster_apply(cluster, view, now=now, report=report)
         except ClusterUnreachable as exc:
@@ -94,8 +95,11 @@ def reconcile_cycle(
             report.unreachable = str(exc)
         else:
             cluster_reachable(now=now, unknown=unknown)
-        # The catalog's numbers last: they are for reading, the cluster's creates and deletes
-        # are not held up by them.
+        # What is for reading comes after the cluster's creates and deletes, which are not held
+        # up by it: the waiting jobs' reasons, positions and estimates, the queues' estimates
+        # and the catalog's numbers.
+        pending_reasons_store(plan, now=now)
+        queue_estimates_store(snapshot, plan, now=now)
         queue_stats_refresh(now=now)
         return report
     finally:

@@ -183,6 +183,10 @@ def _sync_admitted(
     started = [p for p in pods if p.container.started_at is not None]
     if len(started) >= job.pods:
         _gang_started(job, started, now=now, report=report)
+        if job.state == JobState.RUNNING and _finished(k8s):
+            # Started and finished since the last cycle (a short job): both in this one, or
+            # its GPUs would wait a cycle more to be given to the next job.
+            _sync_running(job, pods, k8s, now=now, report=report)
         return
     if _finished(k8s):
         _sync_running(job, pods, k8s, now=now, report=report)

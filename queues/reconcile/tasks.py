@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -21,6 +21,7 @@ from queues.cluster.mirror import ClusterMirror
 from queues.models import Lease
 from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.leases import lease_acquire
+from queues.reconcile.trigger import Coalescer
 
 logger = logging.getLogger(__name__)
 
@@ -28,22 +29,40 @@ REQUEST = "reconcile-request"
 # A request older than this is assumed lost (its message dropped) and the next one enqueues.
 REQUEST_TTL = timedelta(seconds=30)
 MIRROR_SYNC_SECONDS = 30.0
+# A cycle asked for while another holds the lease runs this long after, to see whether it is
+# free by then: the request is never dropped, and the running cycle is never joined.
+FOLLOW_UP_SECONDS = 0.2
 
 
 _MIRROR: ClusterMirror | None = None
+_NUDGER: Coalescer | None = None
 _MIRROR_LOCK = threading.Lock()
 
 
 def worker_mirror() -> ClusterMirror:
     """This worker process's watch-fed mirror of the cluster, started on first use (once, even
-    when two tasks start at the same time in two threads)."""
-    global _MIRROR
+    when two tasks start at the same time in two threads). When the watch reports GPUs given
+    back (a pod or a Job ended), it asks for a cycle: bursts of ends coalesce into one request
+    while one is being made, and requests coalesce again on the request lease."""
+    global _MIRROR, _NUDGER
     with _MIRROR_LOCK:
         if _MIRROR is None:
-            mirror = ClusterMirror(cluster_from_settings()).start()
+            _NUDGER = Coalescer(request_reconcile_now, name="reconcile-nudger").start()
+            mirror = ClusterMirror(cluster_from_settings(), on_freed=_NUDGER.request).start()
             mirror.wait_synced(MIRROR_SYNC_SECONDS)
             _MIRROR = mirror
     return _MIRROR
+
+
+def worker_mirror_stop() -> None:
+    """Stop this process's mirror and its nudger (a worker shutting down; tests)."""
+    global _MIRROR, _NUDGER
+    with _MIRROR_LOCK:
+        if _MIRROR is not None:
+            _MIRROR.stop()
+        if _NUDGER is not None:
+            _NUDGER.stop()
+        _MIRROR = _NUDGER = None
 
 
 @shared_task(
@@ -62,17 +81,22 @@ def worker_mirror() -> ClusterMirror:
     max_retries=3,
 )
 def reconcile(self: Task) -> str:
-    """One reconcile cycle (beat runs it every few seconds; submissions ask for one). It reads
-    the worker's watch-fed mirror, so it calls the API only for what it changes. Its log lines
-    carry the task's id as their request id."""
+    """One reconcile cycle. Submissions and cancellations ask for one as they commit, the
+    worker's watch as soon as GPUs are given back, and beat runs one every few seconds as a
+    safety net. It reads the worker's watch-fed mirror, so it calls the API only for what it
+    changes. If another cycle holds the lease, this one comes back shortly after instead of
+    being lost: requests made meanwhile collapse into that one follow-up. Its log lines carry
+    the task's id as their request id."""
     token = REQUEST_ID.set(self.request.id or "")
     try:
         # Requests made from now on need a new cycle: let the next one enqueue.
         Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
         mirror = worker_mirror()
         report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
+        if not report.ran and lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
+            _enqueue_reconcile(countdown=FOLLOW_UP_SECONDS)
         summary = report.summary()
-        # A cycle with nothing to do is the common case every few seconds: not worth a line.
+        # A cycle with nothing to do is the common case: not worth a line.
         quiet = not (report.changed() or report.unreachable)
         logger.log(logging.DEBUG if quiet else logging.INFO, "reconcile: %s", summary)
         return summary
@@ -89,23 +113,39 @@ def cycle_holder() -> str:
 
 
 def request_reconcile() -> bool:
-    """Ask for a reconcile once the current transaction commits. Requests coalesce: while one
-    is queued and not yet started, further requests enqueue nothing (returns False). Off with
-    RECONCILE_ON_COMMIT=false (the tests drive cycles themselves; beat still runs them)."""
+    """Ask for a reconcile as soon as the current transaction commits. Requests coalesce: while
+    one is queued and not yet started, further requests enqueue nothing (returns False). Off
+    with RECONCILE_ON_COMMIT=false (the tests drive cycles themselves; beat still runs them)."""
     if not settings.RECONCILE_ON_COMMIT:
         return False
     if not lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
         return False
+    # No countdown: the solo pool runs a countdown task from its timer thread, beside the one
+    # it is running, and the request is for now.
     transaction.on_commit(_enqueue_reconcile)
     return True
 
 
-def _enqueue_reconcile() -> None:
+def _enqueue_reconcile(countdown: float | None = None) -> bool:
     """Send the request; a broker that is down is no reason to fail what was committed (the
     database is the source of truth and beat's periodic cycle catches up). The request is
-    withdrawn so that the next submission tries again."""
+    withdrawn so that the next one tries again."""
     try:
-        reconcile.apply_async(countdown=1, retry=False)
+        reconcile.apply_async(countdown=countdown, retry=False)
     except KombuOperationalError as exc:
         Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
         logger.warning("could not ask for a reconcile, the broker is unavailable: %s", exc)
+        return False
+    return True
+
+
+def request_reconcile_now() -> bool:
+    """Ask for a reconcile now, outside any transaction (the worker's watch, when GPUs were
+    given back); coalesced as ``request_reconcile``. Runs in a thread of its own, so it closes
+    its database connection rather than keep one per thread."""
+    try:
+        if not lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
+            return False
+        return _enqueue_reconcile()
+    finally:
+        connection.close()

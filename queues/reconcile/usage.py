@@ -7,6 +7,9 @@ import logging
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from django.db import transaction
+
+from queues.cluster.pods import PodFacts
 from queues.models import (
     Job,
     Node,
@@ -19,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 
 def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
-    """Open an interval for every portal pod that started, close it when the pod ends or goes."""
+    """Open an interval for every portal pod that started, close it when the pod ends or goes
+    (at the end it reported, read from its last state when it went between two cycles)."""
     pods = {p.uid: p for p in view.pods if p.job_id is not None}
     # Every running pod has an open interval: read only what closing one needs.
     open_rows = UsageInterval.objects.only(
@@ -29,7 +33,8 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
     known = {i.pod_uid for i in open_intervals}
     started = [
         p
-        for p in pods.values()
+        # A pod that started, ended and went between two cycles held GPUs too.
+        for p in [*pods.values(), *view.gone.values()]
         if p.node and p.devices and p.container.started_at and p.uid not in known
     ]
     if started:
@@ -84,10 +89,28 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
         # A pod that started and ended since the last cycle is closed in this one.
         open_intervals += open_rows.filter(pod_uid__in=[i.pod_uid for i in opened])
 
+    # One commit for every close (a commit each was most of this pass's time at hundreds of
+    # pods ending between two cycles); each close is still conditional on the interval open.
+    with transaction.atomic():
+        _close(open_intervals, pods, view, now=now, report=report)
+
+
+def _close(
+    open_intervals: list[UsageInterval],
+    pods: dict[str, PodFacts],
+    view: ClusterView,
+    *,
+    now: datetime,
+    report: CycleReport,
+) -> None:
     for interval in open_intervals:
         pod = pods.get(interval.pod_uid)
+        went = view.gone.get(interval.pod_uid)
         if pod is not None and pod.container.finished_at:
             end, estimated = pod.container.finished_at, False
+        elif pod is None and went is not None and went.container.finished_at:
+            # Ended and deleted since the last cycle: its last state says when it ended.
+            end, estimated = went.container.finished_at, False
         elif pod is not None and pod.phase in ("Succeeded", "Failed"):
             end, estimated = now, True
         elif pod is not None:

@@ -65,6 +65,9 @@ class ClusterView:
     nodes: list[NodeFacts]
     pods: list[PodFacts]  # bound pods of anyone, and the portal's unbound ones
     jobs: dict[int, dict[str, Any]]  # the portal's Kubernetes Jobs by portal job id
+    # The portal's pods deleted lately, by UID, as they last were (from the mirror; empty when
+    # listing): how a pod that ended and went between two cycles ended.
+    gone: dict[str, PodFacts] = field(default_factory=dict)
 
     def pods_of(self) -> dict[int, list[PodFacts]]:
         grouped: dict[int, list[PodFacts]] = defaultdict(list)
@@ -92,7 +95,9 @@ def read_cluster(cluster: Cluster, mirror: ClusterMirror | None = None) -> Clust
         raw_nodes = mirror.items("nodes")
         all_pods = mirror.facts("pods", pod_facts)  # only pods that changed are read again
         raw_jobs = mirror.items("jobs")
+        gone = [pod_facts(raw) for raw in mirror.gone("pods")]
     else:
+        gone = []
         raw_nodes = cluster.list_nodes().items
         raw_pods = cluster.list_pods().items + cluster.list_portal_pods().items
         all_pods = [pod_facts(raw) for raw in raw_pods]
@@ -107,4 +112,9 @@ def read_cluster(cluster: Cluster, mirror: ClusterMirror | None = None) -> Clust
         label = (raw.get("metadata", {}).get("labels") or {}).get("gpuportal.io/job-id", "")
         if label.isdigit():
             jobs[int(label)] = raw
-    return ClusterView(nodes=nodes, pods=list(seen.values()), jobs=jobs)
+    return ClusterView(
+        nodes=nodes,
+        pods=list(seen.values()),
+        jobs=jobs,
+        gone={p.uid: p for p in gone if p.job_id is not None and p.uid not in seen},
+    )

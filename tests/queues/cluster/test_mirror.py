@@ -100,3 +100,66 @@ def test_facts_are_rebuilt_only_for_objects_that_changed(sim_cluster, mirror):
         next(p for p in mirror.items("pods") if p["metadata"]["name"] == "nb-1")
     )
     assert now["nb-1"] != first["nb-1"] and now["nb-2"] is first["nb-2"]
+
+
+def test_the_watch_says_when_gpus_are_given_back_and_keeps_how_a_deleted_pod_ended(sim_cluster):
+    cluster = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    freed: list[float] = []
+    mirror = ClusterMirror(cluster, on_freed=lambda: freed.append(time.monotonic())).start()
+    try:
+        assert mirror.wait_synced(10)
+        sim_cluster.create_foreign_pod(gpus=1, node="h100-01", name="short", duration_seconds=5)
+        sim_cluster.advance(3)  # the image pulled: it runs
+        assert eventually(
+            lambda: any(
+                (p.get("status") or {}).get("phase") == "Running" for p in mirror.items("pods")
+            )
+        )
+        time.sleep(0.3)
+        assert freed == []  # a pod starting gives nothing back
+
+        sim_cluster.advance(6)
+        assert eventually(lambda: len(freed) == 1)  # it ended
+
+        sim_cluster.core().delete_namespaced_pod("short", "ml-sandbox", grace_period_seconds=0)
+        assert eventually(lambda: len(freed) == 2)  # it went
+        gone = {p["metadata"]["name"]: p for p in mirror.gone("pods")}
+        assert gone["short"]["status"]["phase"] == "Succeeded"
+        assert "short" not in pod_names(mirror)
+    finally:
+        mirror.stop()
+        cluster.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "event", "before", "after", "frees"),
+    [
+        ("pods", "MODIFIED", "Running", "Succeeded", True),
+        ("pods", "MODIFIED", "Running", "Failed", True),
+        ("pods", "MODIFIED", "Pending", "Running", False),
+        ("pods", "MODIFIED", "Succeeded", "Succeeded", False),
+        ("pods", "ADDED", None, "Pending", False),
+        ("pods", "DELETED", "Running", "Running", True),
+        ("nodes", "MODIFIED", None, None, False),
+    ],
+)
+def test_which_pod_events_give_gpus_back(kind, event, before, after, frees):
+    from queues.cluster.mirror import frees_gpus
+
+    def pod(phase):
+        return None if phase is None else {"status": {"phase": phase}}
+
+    assert frees_gpus(kind, event, pod(before), pod(after) or {}) is frees
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "frees"),
+    [([], ["Complete"], True), ([], ["Failed"], True), (["Complete"], ["Complete"], False)],
+)
+def test_a_job_that_completes_or_fails_gives_gpus_back_once(before, after, frees):
+    from queues.cluster.mirror import frees_gpus
+
+    def job(conditions):
+        return {"status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
+
+    assert frees_gpus("jobs", "MODIFIED", job(before), job(after)) is frees

@@ -129,3 +129,31 @@ def test_a_queue_change_between_two_batches_is_seen_by_the_second(mia, api_as):
     assert response.json() == {
         "jobs": {"0": {"runtime_limit": ["12h is over queue batch's maximum of 6h"]}}
     }
+
+
+def test_a_batch_over_several_teams_costs_the_queries_of_one_team(mia, api_as):
+    # Memberships, the queue's teams, quotas and reservations are read for the whole batch
+    # at once, not team by team.
+    client = api_as(mia)
+
+    def queries(teams: list[str]) -> int:
+        jobs = [body(name=f"j-{i}", team=team) for i, team in enumerate(teams)]
+        with CaptureQueriesContext(connection) as captured:
+            response = client.post("/api/jobs/batch/", {"jobs": jobs}, format="json")
+            assert response.status_code == 201
+        return len(captured)
+
+    queries(["vision"])  # the token's first use is written once
+    # One more: the serializer looks each name up once per request body.
+    assert queries(["vision", "vision"]) + 1 == queries(["vision", "nlp", "vision", "nlp"])
+    assert sorted(Job.objects.values_list("team__name", flat=True)) == ["nlp"] * 2 + ["vision"] * 5
+
+
+def test_a_batch_names_each_job_whose_team_the_member_is_not_in(mia, api_as):
+    jobs = [body(name="a", team="nlp"), body(name="b", team="speech"), body(name="c")]
+
+    response = api_as(mia).post("/api/jobs/batch/", {"jobs": jobs}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["jobs"] == {"1": {"team": ["you are not a member of team speech"]}}
+    assert Job.objects.count() == 0

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from queues.cluster.adapter import Cluster
@@ -97,6 +98,23 @@ def test_a_job_lives_from_pending_to_succeeded_with_the_clusters_times(sim_clust
     assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
 
 
+def test_a_job_that_started_and_ended_between_two_cycles_ends_in_one(sim_cluster, cycle, mia):
+    job = submit(mia, capability="min-40gb", seconds=60)
+    cycle()
+    sim_cluster.advance(90)  # the image pulled, the pod ran its 60 s and completed
+
+    second = cycle()
+
+    job.refresh_from_db()
+    # Started and succeeded in the same cycle: its GPUs are free for the next job at once.
+    assert second.transitions == {"admitted→running": 1, "running→succeeded": 1}
+    assert job.state == JobState.SUCCEEDED
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "succeeded"]
+    interval = UsageInterval.objects.get(job=job)
+    assert interval.ended_at - interval.started_at == timedelta(seconds=60)
+    assert (interval.started_at, interval.ended_at) == (job.started_at, job.finished_at)
+
+
 def test_a_jobs_pods_are_told_where_the_portal_is_with_a_token_for_this_job_alone(
     sim_cluster, cycle, mia, settings
 ):
@@ -175,6 +193,31 @@ def test_a_waiting_job_gets_its_reasons_and_position(cycle, mia):
     assert too_big.position == 1
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
+
+
+def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_ones_at_once(
+    cycle, mia, monkeypatch
+):
+    import queues.reconcile.plan as plan
+    from queues.models import Lease
+
+    monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting
+    first = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    second = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    cycle()  # the first refresh of all
+    Job.objects.filter(pk=first.pk).update(position=7)  # as if shown a while ago
+    third = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+
+    cycle()
+
+    positions = dict(Job.objects.values_list("pk", "position"))
+    assert [positions[j.pk] for j in (first, second, third)] == [7, 2, 3]
+    Lease.objects.filter(name=plan.REASONS_LEASE).update(expires_at=timezone.now())
+
+    cycle()
+
+    positions = dict(Job.objects.values_list("pk", "position"))
+    assert [positions[j.pk] for j in (first, second, third)] == [1, 2, 3]
 
 
 def test_running_twice_changes_nothing_more(sim_cluster, cycle, mia):
@@ -400,8 +443,9 @@ STEPS = [
     "jobs_sync",
     "usage_sync",
     "plan_apply",
-    "queue_estimates_store",
     "cluster_apply",
+    "pending_reasons_store",
+    "queue_estimates_store",
     "queue_stats_refresh",
 ]
 CYCLES = ["admitting", "starting", "finishing"]

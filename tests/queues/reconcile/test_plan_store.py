@@ -1,0 +1,53 @@
+"""Storing the waiting jobs' reasons, positions and estimates: one statement for all of them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from queues.models import CapabilityClass, Job, JobState, Queue, Team
+from queues.reconcile.plan import pending_rows_update
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+FIELDS = ["pending_reasons", "estimated_start", "estimated_start_note", "position"]
+
+
+def waiting(owner, name: str, state: str = JobState.PENDING) -> Job:
+    return JobFactory(
+        owner=owner,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="batch"),
+        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+        name=name,
+        state=state,
+    )
+
+
+def test_it_writes_every_waiting_jobs_values_and_leaves_a_job_that_left_the_queue(mia):
+    first, second = waiting(mia, "first"), waiting(mia, "second")
+    cancelled = waiting(mia, "gone", state=JobState.CANCELLED)
+    at = datetime(2026, 12, 3, 18, 30, 15, 250000, tzinfo=UTC)
+    reason = {"code": "QuotaExceeded", "message": "8/8 used", "details": {"gpu_class": "l4"}}
+    for position, job in enumerate([first, second, cancelled], start=1):
+        job.pending_reasons = [reason]
+        job.estimated_start = at
+        job.estimated_start_note = f"note {position}"
+        job.position = position
+
+    with CaptureQueriesContext(connection) as captured:
+        pending_rows_update([first, second, cancelled], FIELDS)
+
+    stored = {j.name: j for j in Job.objects.all()}
+    assert [
+        (stored[n].pending_reasons, stored[n].estimated_start, stored[n].position)
+        for n in ("first", "second")
+    ] == [([reason], at, 1), ([reason], at, 2)]
+    assert (stored["second"].estimated_start_note, stored["gone"].position) == ("note 2", None)
+    assert stored["gone"].pending_reasons == []
+    # One statement on PostgreSQL, one statement run for every row elsewhere (SQLite).
+    updates = [q for q in captured if "UPDATE" in q["sql"]]
+    assert len(updates) == 1
