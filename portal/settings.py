@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "portal",
     "queues",
     "chargeback",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -237,3 +238,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }
+
+# The operations dashboard and /metrics (docs/operations-dashboard.md). /metrics answers only a
+# caller that sends ``Authorization: Bearer <METRICS_TOKEN>``; unset, it answers nobody.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# A Prometheus-compatible HTTP API carrying DCGM's DCGM_FI_DEV_GPU_UTIL per pod (e.g.
+# http://prometheus:9090); unset, the duty-cycle panel says it is not configured.
+PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
+PROMETHEUS_TIMEOUT_SECONDS = env.float("PROMETHEUS_TIMEOUT_SECONDS", default=5.0)
