@@ -16,8 +16,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
@@ -128,7 +127,7 @@ def capacity_now(
 
 
 def minute_of(now: datetime) -> datetime:
-    return now.astimezone(dt_timezone.utc).replace(second=0, microsecond=0)
+    return now.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def history_record(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetime) -> None:
@@ -226,7 +225,7 @@ def _team_stats_store(snapshot: engine.Snapshot, *, now: datetime) -> None:
 
 
 def day_bounds(day: date) -> tuple[datetime, datetime]:
-    start = datetime(day.year, day.month, day.day, tzinfo=dt_timezone.utc)
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     return start, start + timedelta(days=1)
 
 
@@ -261,7 +260,7 @@ def wait_day_compute(*, day: date, now: datetime) -> list[QueueWaitDay]:
 def wait_days_refresh(*, now: datetime) -> None:
     """Today's rows once a minute; each past day (back to ``WAIT_DAYS_BACKFILL`` days) once,
     after it has ended."""
-    today = now.astimezone(dt_timezone.utc).date()
+    today = now.astimezone(UTC).date()
     fresh = QueueWaitDay.objects.filter(day=today, computed_at__gte=minute_of(now)).exists()
     days = [] if fresh else [today]
     done = set(
