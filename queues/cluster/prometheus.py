@@ -77,9 +77,8 @@ class Prometheus:
         except ValueError as exc:
             raise PrometheusUnavailable(f"HTTP {response.status}: the answer is not JSON") from exc
         if response.status != 200 or body.get("status") != "success":
-            raise PrometheusUnavailable(
-                f"HTTP {response.status}: {body.get('errorType', '')} {body.get('error', '')}".strip()
-            )
+            kind, error = body.get("errorType", ""), body.get("error", "")
+            raise PrometheusUnavailable(f"HTTP {response.status}: {kind} {error}".strip())
         data = body.get("data") or {}
         if data.get("resultType") != "vector":
             raise PrometheusUnavailable(f"expected a vector, got {data.get('resultType')!r}")
