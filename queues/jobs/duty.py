@@ -17,7 +17,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from queues.cluster.prometheus import Prometheus, gpu_util_query
+from django.db.models import Count, Max, Min, Q
+
+from queues.cluster.prometheus import Prometheus, PrometheusUnavailable, gpu_util_query
 from queues.models import SharingMode, UsageInterval
 from queues.rates import MICROSECONDS_PER_HOUR, round_hours
 
@@ -157,3 +159,29 @@ def duty_by(lines: list[DutyLine], key: str) -> list[DutySum]:
         for name, group in groups.items()
     ]
     return sorted(sums, key=lambda s: (-s.idle_gpu_hours, s.name))
+
+
+@dataclass(frozen=True)
+class JobDuty:
+    """A job page's duty panel: not configured, Prometheus' error, or the job's own split."""
+
+    configured: bool
+    error: str = ""
+    line: DutyLine | None = None
+
+
+def job_duty(prometheus: Prometheus | None, *, job_id: int, now: datetime) -> JobDuty | None:
+    """The job's split over all it held (None before it held any GPU)."""
+    bounds = UsageInterval.objects.filter(job_id=job_id).aggregate(
+        start=Min("started_at"), end=Max("ended_at"), open=Count("id", filter=Q(ended_at=None))
+    )
+    if bounds["start"] is None:
+        return None
+    if prometheus is None:
+        return JobDuty(configured=False)
+    end = now if bounds["open"] or bounds["end"] is None else min(bounds["end"], now)
+    try:
+        lines = duty_lines(prometheus, start=bounds["start"], end=end, job_ids=[job_id])
+    except PrometheusUnavailable as exc:
+        return JobDuty(configured=True, error=str(exc))
+    return JobDuty(configured=True, line=lines[0] if lines else None)

@@ -68,9 +68,7 @@ def test_busy_and_idle_gpu_hours_follow_each_jobs_profile(sim_cluster, cluster, 
 
     lines = {
         line.job_id: line
-        for line in duty_lines(
-            Prometheus(f"{sim_cluster.url}/prometheus"), start=start, end=end
-        )
+        for line in duty_lines(Prometheus(f"{sim_cluster.url}/prometheus"), start=start, end=end)
     }
 
     assert (lines[first.pk].gpu_hours, lines[first.pk].busy_gpu_hours) == (D("2.000"), D("1.000"))
@@ -119,3 +117,21 @@ def test_the_panel_says_when_prometheus_is_not_configured_or_unreachable(example
 
     assert "Not configured: set PROMETHEUS_URL" in off
     assert "Prometheus could not be read: NewConnectionError" in down
+
+
+def test_a_job_page_shows_its_own_duty_cycle(sim_cluster_factory, example_policy, mia):
+    # The page measures up to the wall clock's now: the simulated hour lies in the past.
+    sim_cluster = sim_cluster_factory(start=timezone.now() - timedelta(hours=3))
+    cluster = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    job = submit(mia, utilization="25", seconds=3600)
+    run_jobs(sim_cluster, cluster, [job], 3600)
+    client = Client()
+    client.force_login(mia)
+
+    with override_settings(PROMETHEUS_URL=f"{sim_cluster.url}/prometheus"):
+        html = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    # One GPU for an hour at 25 %.
+    assert '<dd data-testid="duty-busy">0.250 GPU-h</dd>' in html
+    assert '<dd data-testid="duty-idle">0.750 GPU-h</dd>' in html
+    cluster.close()

@@ -47,17 +47,26 @@ def test_each_gpu_is_in_exactly_one_state():
         running(1, "vision", "ok", gpus=3, reservation_id=7),
         running(2, "nlp", "drained", gpus=4),  # still running on a drained node: maintenance
     ]
-    snap = snapshot(
-        nodes=nodes, running=jobs, reservations=[reservation(7, "vision", 5)]
-    )
+    snap = snapshot(nodes=nodes, running=jobs, reservations=[reservation(7, "vision", 5)])
 
     h100 = by_class(snap)["h100-80gb"]
 
     # ok: 8 - 1 outside = 7, 3 held, 4 free of which 2 reserved (5 reserved - 3 used).
     assert (h100.in_use, h100.free, h100.reserved_idle) == (3, 2, 2)
     assert (h100.unhealthy, h100.maintenance, h100.outside) == (6, 8, 3)
-    assert sum((h100.in_use, h100.free, h100.reserved_idle, h100.unhealthy, h100.maintenance,
-                h100.outside)) == 24
+    assert (
+        sum(
+            (
+                h100.in_use,
+                h100.free,
+                h100.reserved_idle,
+                h100.unhealthy,
+                h100.maintenance,
+                h100.outside,
+            )
+        )
+        == 24
+    )
     # Only in-service exclusive nodes offer slots: 4 free whole GPUs on "ok".
     assert h100.free_whole == [4]
 
@@ -147,7 +156,9 @@ def test_past_days_are_rolled_up_once_and_today_each_minute(example_policy, mia)
 
     yesterday = QueueWaitDay.objects.get(queue=interactive, day=DAY.date())
     assert (yesterday.admitted, yesterday.within_target) == (1, 0)
-    assert QueueWaitDay.objects.filter(day=date(2026, 11, 3)).count() == Queue.objects.active().count()
+    assert (
+        QueueWaitDay.objects.filter(day=date(2026, 11, 3)).count() == Queue.objects.active().count()
+    )
     waits = {w.queue: w for w in queue_waits(since=DAY.date())}
     assert [d.day for d in waits["interactive"].days] == [date(2026, 11, 2), date(2026, 11, 3)]
 
