@@ -118,7 +118,7 @@ def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> str:
 def fragmentation_now(samples: Sequence[CapacitySample]) -> str:
     figure = _figure("Free GPUs and 8-GPU slots now", barmode="group")
     classes = [s.gpu_class.name for s in samples]
-    figure.add_bar(name="free GPU-equivalents", x=classes, y=[float(s.free) for s in samples])
+    figure.add_bar(name="free GPU-equivalents", x=classes, y=[float(s.unheld) for s in samples])
     figure.add_bar(
         name="GPUs in 8-GPU slots",
         x=classes,

@@ -127,15 +127,15 @@ class FragmentationPoint:
 
 
 def fragmentation_over_time(*, start: datetime, end: datetime) -> list[FragmentationPoint]:
-    """Each class's free GPUs and gang slots on the hour (the sample of minute 0) in
+    """Each class's unheld GPUs (free and reserved-idle) and gang slots on the hour (the sample of minute 0) in
     [``start``, ``end``)."""
     return [
-        FragmentationPoint(name, at, free, {k: int(v) for k, v in slots.items()})
-        for name, at, free, slots in CapacitySample.objects.filter(
+        FragmentationPoint(name, at, free + reserved, {k: int(v) for k, v in slots.items()})
+        for name, at, free, reserved, slots in CapacitySample.objects.filter(
             at__gte=start, at__lt=end, at__minute=0
         )
         .order_by("at", "gpu_class__name")
-        .values_list("gpu_class__name", "at", "free", "slots")
+        .values_list("gpu_class__name", "at", "free", "reserved_idle", "slots")
     ]
 
 

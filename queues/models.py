@@ -1042,6 +1042,12 @@ class CapacitySample(models.Model):
     def __str__(self) -> str:
         return f"{self.gpu_class_id} at {self.at:%Y-%m-%d %H:%M}: {self.in_use} in use"
 
+    @property
+    def unheld(self) -> Decimal:
+        """In service and held by nobody: free, reserved-but-idle included (what gang slots
+        are counted on)."""
+        return self.free + self.reserved_idle
+
 
 class PendingSample(models.Model):
     """How many jobs of one queue waited on one binding reason in one minute (the reconcile's

@@ -94,14 +94,17 @@ def test_the_series_carry_the_clusters_state(sim_cluster, cluster, mia):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=")
     found = samples(response)
-    assert found[
-        ("gpuportal_running_jobs", (("gpu_class", "a100-80gb"), ("team", "vision")))
-    ] == 1
+    assert found[("gpuportal_running_jobs", (("gpu_class", "a100-80gb"), ("team", "vision")))] == 1
     assert found[("gpuportal_gpus_held", (("gpu_class", "a100-80gb"), ("team", "vision")))] == 8
     # a100: 2 whole nodes of 8 (one held) and a MIG node of 52/7 GPU-equivalents in slices.
-    assert found[("gpuportal_capacity_gpus", (("gpu_class", "a100-80gb"), ("state", "in_use")))] == 8
+    assert (
+        found[("gpuportal_capacity_gpus", (("gpu_class", "a100-80gb"), ("state", "in_use")))] == 8
+    )
     assert found[("gpuportal_gang_slots", (("gpu_class", "a100-80gb"), ("gpus", "8")))] == 1
-    assert found[("gpuportal_capacity_gpus", (("gpu_class", "h100-80gb"), ("state", "maintenance")))] == 8
+    assert (
+        found[("gpuportal_capacity_gpus", (("gpu_class", "h100-80gb"), ("state", "maintenance")))]
+        == 8
+    )
     assert found[("gpuportal_capacity_gpus", (("gpu_class", "l4"), ("state", "unhealthy")))] == 4
     waiting = Counter(
         (job.queue.name, job.pending_reasons[0]["code"])
@@ -146,7 +149,9 @@ def test_celery_task_failures_are_counted_by_task(db):
 
     found = samples(scrape())
 
-    assert found[("gpuportal_celery_task_failures_total", (("task", "tests.ops.always_fails"),))] == 2
+    assert (
+        found[("gpuportal_celery_task_failures_total", (("task", "tests.ops.always_fails"),))] == 2
+    )
 
 
 def test_counters_add_up_rather_than_overwrite(db):
