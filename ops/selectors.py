@@ -127,8 +127,8 @@ class FragmentationPoint:
 
 
 def fragmentation_over_time(*, start: datetime, end: datetime) -> list[FragmentationPoint]:
-    """Each class's unheld GPUs (free and reserved-idle) and gang slots on the hour (the sample of minute 0) in
-    [``start``, ``end``)."""
+    """Each class's unheld GPUs (free and reserved-idle) and gang slots on the hour (the
+    sample of minute 0) in [``start``, ``end``)."""
     return [
         FragmentationPoint(name, at, free + reserved, {k: int(v) for k, v in slots.items()})
         for name, at, free, reserved, slots in CapacitySample.objects.filter(

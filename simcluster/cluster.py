@@ -87,6 +87,8 @@ NOT_READY = "node.kubernetes.io/not-ready"
 GPU_HEALTH_CONDITION = "GPUHealthy"
 GPU_HEALTH_LABEL = "nvidia.com/gpu.health"
 FOREIGN_NAMESPACE = "ml-sandbox"
+# One series' labels and value, as the simulated DCGM exporter reports them.
+UtilizationSeries = list[tuple[dict[str, str], float]]
 # Deleted GPU pods whose utilization history the simulated Prometheus keeps.
 GPU_HISTORY_PODS = 50_000
 
@@ -649,9 +651,7 @@ class SimCluster:
                 spec["nodeSelector"] = {"kubernetes.io/hostname": node}
             return self.create_pod(namespace, {"metadata": metadata, "spec": spec})
 
-    def gpu_utilization(
-        self, at: datetime, window_seconds: float | None
-    ) -> list[tuple[dict[str, str], float]]:
+    def gpu_utilization(self, at: datetime, window_seconds: float | None) -> UtilizationSeries:
         """What NVIDIA's DCGM exporter would report for each pod holding GPUs: its GPU
         utilization (percent) at ``at``, or averaged over the ``window_seconds`` before ``at``
         while it ran (pods that did not run then have no series). Labels as the exporter puts

@@ -116,13 +116,13 @@ def capacity_now(
             if not node.mig and node.time_slice_replicas == 1:
                 c.free_whole.append(math.floor(rest - held))
     for reservation in snapshot.reservations:
-        c = classes.get(reservation.gpu_class)
-        if c is None or not reservation.active_at(snapshot.now):
+        held_class = classes.get(reservation.gpu_class)
+        if held_class is None or not reservation.active_at(snapshot.now):
             continue
         idle = max(reservation.amount - reserved_use.get(reservation.id, Fraction(0)), Fraction(0))
-        moved = min(idle, c.free)
-        c.free -= moved
-        c.reserved_idle += moved
+        moved = min(idle, held_class.free)
+        held_class.free -= moved
+        held_class.reserved_idle += moved
     return [classes[name] for name in sorted(classes)], dict(held_on)
 
 
@@ -241,7 +241,8 @@ def wait_day_compute(*, day: date, now: datetime) -> list[QueueWaitDay]:
         .order_by()
         .values_list("queue_id", "submitted_at", "admitted_at")
     ):
-        waits[queue_id].append(admitted - submitted)
+        if admitted is not None:  # the filter admits no other
+            waits[queue_id].append(admitted - submitted)
     return [
         QueueWaitDay(
             queue=q,
