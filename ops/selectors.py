@@ -11,11 +11,13 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
+from django.core.paginator import Page, Paginator
+from django.db.models import Case, Count, F, Max, Q, QuerySet, Sum, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import TruncDay, TruncHour
 
 from queues.models import (
+    CapacityHour,
     CapacitySample,
     ClusterStatus,
     FairShareSettings,
@@ -92,26 +94,41 @@ class CapacityPeriod:
 
 
 def capacity_over_time(*, start: datetime, end: datetime, bucket: Bucket) -> list[CapacityPeriod]:
-    """GPU-hours by state per class and hour or day of [``start``, ``end``): the sum of the
-    minute samples' GPU-equivalents over 60. A minute without a sample (no reconcile ran) counts
-    in no state."""
-    rows = (
-        CapacitySample.objects.filter(at__gte=start, at__lt=end)
-        .annotate(period=_truncate(bucket))
-        .values("gpu_class__name", "period")
-        .annotate(**{f"sum_{s}": Sum(s) for s in STATES})
-        .order_by("period", "gpu_class__name")
+    """GPU-hours by state per class and hour or day of [``start``, ``end``) (``start`` on an
+    hour): the sum of the minute samples' GPU-equivalents over 60. Hours the reconcile has
+    rolled up are read from ``CapacityHour``, the rest from the samples themselves. A minute
+    without a sample (no reconcile ran) counts in no state."""
+    sums: dict[tuple[str, datetime], dict[str, Decimal]] = defaultdict(
+        lambda: dict.fromkeys(STATES, Decimal(0))
     )
+
+    def period(hour: datetime) -> datetime:
+        return hour if bucket == "hour" else hour.replace(hour=0)
+
+    rolled = CapacityHour.objects.filter(hour__gte=start, hour__lt=end)
+    last = start - timedelta(hours=1)
+    for row in rolled.values("gpu_class__name", "hour", *STATES):
+        last = max(last, row["hour"])
+        key = (row["gpu_class__name"], period(row["hour"]))
+        for s in STATES:
+            sums[key][s] += row[s]
+    for row in (
+        CapacitySample.objects.filter(at__gte=last + timedelta(hours=1), at__lt=end)
+        .annotate(hour=TruncHour("at", tzinfo=UTC))
+        .values("gpu_class__name", "hour")
+        .annotate(**{f"sum_{s}": Sum(s) for s in STATES})
+        .order_by()
+    ):
+        key = (row["gpu_class__name"], period(row["hour"]))
+        for s in STATES:
+            sums[key][s] += row[f"sum_{s}"] or Decimal(0)
     return [
         CapacityPeriod(
-            gpu_class=row["gpu_class__name"],
-            start=row["period"],
-            hours={
-                s: (Decimal(row[f"sum_{s}"] or 0) / MINUTES_PER_HOUR).quantize(HOURS_PLACES)
-                for s in STATES
-            },
+            gpu_class=name,
+            start=at,
+            hours={s: (v[s] / MINUTES_PER_HOUR).quantize(HOURS_PLACES) for s in STATES},
         )
-        for row in rows
+        for (name, at), v in sorted(sums.items(), key=lambda kv: (kv[0][1], kv[0][0]))
     ]
 
 
@@ -348,11 +365,36 @@ class NodeRow:
         return self.node.maintenance or "in service"
 
 
-def node_table() -> list[NodeRow]:
-    """Every GPU node: class, GPUs in use (the last reconcile's), free (in-service capacity not
-    held by the portal's jobs nor by pods the portal did not create), health, maintenance."""
+NODES_PER_PAGE = 50
+
+
+def node_table(*, page: str | None) -> tuple[list[NodeRow], Page[Node]]:
+    """One page of GPU nodes, those that need attention first (unhealthy, then in maintenance,
+    then by name): class, GPUs in use (the last reconcile's), free (in-service capacity not
+    held by the portal's jobs nor by pods the portal did not create), health, maintenance. A
+    page number that is not one shows the first or last page."""
+    nodes = (
+        Node.objects.filter(gpu_class__isnull=False)
+        .select_related("gpu_class")
+        .only(
+            "name",
+            "gpu_count",
+            "mig_layout",
+            "healthy",
+            "health_reason",
+            "maintenance",
+            "maintenance_reason",
+            "maintenance_until",
+            "gpus_used_outside",
+            "gpus_in_use",
+            "gpu_class__name",
+            "gpu_class__mig_profiles",
+        )
+        .order_by("healthy", Case(When(maintenance="", then=Value(1)), default=Value(0)), "name")
+    )
+    shown = Paginator(nodes, NODES_PER_PAGE).get_page(page)
     rows = []
-    for node in Node.objects.select_related("gpu_class").filter(gpu_class__isnull=False):
+    for node in shown:
         assert node.gpu_class is not None
         capacity = node.gpu_class.node_capacity(node.gpu_count, node.mig_layout)
         in_service = node.healthy and not node.maintenance
@@ -367,7 +409,17 @@ def node_table() -> list[NodeRow]:
             else Decimal("0.000")
         )
         rows.append(NodeRow(node, free))
-    return rows
+    return rows, shown
+
+
+def node_states() -> dict[str, int]:
+    """How many GPU nodes are in service, in maintenance, unhealthy."""
+    counts = {"in_service": 0, "maintenance": 0, "unhealthy": 0}
+    for healthy, maintenance in Node.objects.filter(gpu_class__isnull=False).values_list(
+        "healthy", "maintenance"
+    ):
+        counts["unhealthy" if not healthy else "maintenance" if maintenance else "in_service"] += 1
+    return counts
 
 
 # --- The reconcile and the counters ----------------------------------------------------------

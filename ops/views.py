@@ -27,6 +27,7 @@ from ops.selectors import (
     fragmentation_over_time,
     latest_minute,
     longest_waiters,
+    node_states,
     node_table,
     pending_now,
     pending_over_time,
@@ -62,6 +63,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     waits = queue_waits(since=day_start.date())
     waste = waste_by_team(start=now - RECENT, end=now, now=now, team_ids=None)
     uses, standings = team_usage(now=now)
+    nodes, node_page = node_table(page=request.GET.get("nodes"))
     duty: dict[str, Any] = {"configured": False}
     prometheus = prometheus_from_settings()
     if prometheus is not None:
@@ -108,7 +110,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "uses": uses,
         "standings": standings,
         "half_life": usage_half_life(),
-        "nodes": node_table(),
+        "nodes": nodes,
+        "node_page": node_page,
+        "node_states": node_states(),
         "duty": duty,
         "days": DAYS,
         "hours": HOURS,

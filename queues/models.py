@@ -1049,6 +1049,32 @@ class CapacitySample(models.Model):
         return self.free + self.reserved_idle
 
 
+class CapacityHour(models.Model):
+    """One GPU class's ``CapacitySample`` rows of one past hour, summed (GPU-equivalent
+    minutes per state, and how many minutes were sampled): the over-time views read these
+    instead of every minute. Rolled up by the reconcile once the hour has passed."""
+
+    hour = models.DateTimeField()
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.CASCADE, related_name="capacity_hours")
+    minutes = models.PositiveIntegerField()
+    in_use = models.DecimalField(max_digits=16, decimal_places=3)
+    free = models.DecimalField(max_digits=16, decimal_places=3)
+    reserved_idle = models.DecimalField(max_digits=16, decimal_places=3)
+    unhealthy = models.DecimalField(max_digits=16, decimal_places=3)
+    maintenance = models.DecimalField(max_digits=16, decimal_places=3)
+    outside = models.DecimalField(max_digits=16, decimal_places=3)
+
+    class Meta:
+        ordering = ["hour", "gpu_class_id"]
+        indexes = [models.Index(fields=["hour"], name="capacity_hour_hour")]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_class", "hour"], name="capacity_hour_one_per_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_class_id} {self.hour:%Y-%m-%d %H}h: {self.minutes} minutes"
+
+
 class PendingSample(models.Model):
     """How many jobs of one queue waited on one binding reason in one minute (the reconcile's
     last cycle of the minute)."""

@@ -7,6 +7,7 @@ Per cycle, from the snapshot the engine planned on and the plan it made:
   ``CapacitySample`` per class and minute, and each node's GPUs in use on ``Node.gpus_in_use``;
 * pending jobs by queue and binding reason → ``PendingSample`` rows for the minute;
 * each team's GPUs held and decayed usage → ``TeamStats``;
+* each hour that has passed, its capacity samples summed → ``CapacityHour``;
 * once a minute, each queue's waits of the day so far (and of any past day not rolled up yet)
   → ``QueueWaitDay``.
 """
@@ -15,16 +16,21 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any, cast
 
 from django.db import transaction
+from django.db.models import Count, Max, Sum
+from django.db.models.functions import TruncHour
 
 from queues import admission as engine
 from queues.catalog.selectors import percentile
 from queues.models import (
+    CapacityHour,
     CapacitySample,
     GpuClass,
     Job,
@@ -185,7 +191,49 @@ def history_record(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetim
         )
     _nodes_in_use_store(held_on)
     _team_stats_store(snapshot, now=now)
+    capacity_hours_rollup(now=now)
     wait_days_refresh(now=now)
+
+
+CAPACITY_STATES = ("in_use", "free", "reserved_idle", "unhealthy", "maintenance", "outside")
+
+
+def hour_of(at: datetime) -> datetime:
+    return minute_of(at).replace(minute=0)
+
+
+def capacity_hours_rollup(*, now: datetime) -> None:
+    """Sum the capacity samples of every hour that has passed and is not rolled up yet (back
+    to ``WAIT_DAYS_BACKFILL`` days) into ``CapacityHour`` rows: one query, and none when the
+    last hour is done already."""
+    current = hour_of(now)
+    last = CapacityHour.objects.aggregate(hour=Max("hour"))["hour"]
+    if last is not None and last >= current - timedelta(hours=1):
+        return
+    start = current - timedelta(days=WAIT_DAYS_BACKFILL)
+    if last is not None:
+        start = max(start, last + timedelta(hours=1))
+    # Annotated with **sums: typed as plain dicts.
+    rows = cast(
+        Iterable[dict[str, Any]],
+        CapacitySample.objects.filter(at__gte=start, at__lt=current)
+        .annotate(hour=TruncHour("at", tzinfo=UTC))
+        .values("gpu_class_id", "hour")
+        .annotate(minutes=Count("id"), **{f"sum_{s}": Sum(s) for s in CAPACITY_STATES})
+        .order_by(),
+    )
+    CapacityHour.objects.bulk_create(
+        [
+            CapacityHour(
+                hour=row["hour"],
+                gpu_class_id=row["gpu_class_id"],
+                minutes=row["minutes"],
+                **{s: row[f"sum_{s}"] for s in CAPACITY_STATES},
+            )
+            for row in rows
+        ],
+        ignore_conflicts=True,
+    )
 
 
 def _nodes_in_use_store(held_on: dict[str, Fraction]) -> None:

@@ -13,8 +13,21 @@ import pytest
 from ops.selectors import capacity_over_time, pending_over_time, queue_waits, slo_share
 from queues.admission import MaintenanceState
 from queues.admission.testing import node, reservation, running, snapshot
-from queues.models import CapacitySample, GpuClass, JobState, PendingSample, Queue, QueueWaitDay
-from queues.reconcile.history import capacity_now, wait_day_compute, wait_days_refresh
+from queues.models import (
+    CapacityHour,
+    CapacitySample,
+    GpuClass,
+    JobState,
+    PendingSample,
+    Queue,
+    QueueWaitDay,
+)
+from queues.reconcile.history import (
+    capacity_hours_rollup,
+    capacity_now,
+    wait_day_compute,
+    wait_days_refresh,
+)
 from tests.factories import JobFactory
 
 D = Decimal
@@ -105,6 +118,13 @@ def test_allocation_over_a_day_with_a_maintenance_window(example_policy):
     assert len(hours) == 24
     assert hours[7].allocation is None  # in maintenance the whole hour: nothing allocatable
     assert (hours[13].hours["in_use"], hours[13].allocation) == (D("4.000"), D("50.0"))
+    # Once the reconcile has rolled the hours up, the same numbers come from 24 rows, not 1440.
+    capacity_hours_rollup(now=DAY + timedelta(days=1, minutes=5))
+    assert CapacityHour.objects.count() == 24
+    assert CapacityHour.objects.get(hour=DAY + timedelta(hours=7)).minutes == 60
+    CapacitySample.objects.filter(at__lt=DAY + timedelta(hours=23)).delete()
+    assert capacity_over_time(start=DAY, end=DAY + timedelta(days=1), bucket="day") == [day]
+    assert capacity_over_time(start=DAY, end=DAY + timedelta(days=1), bucket="hour") == hours
 
 
 @pytest.mark.django_db
