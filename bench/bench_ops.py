@@ -282,7 +282,7 @@ def main() -> None:
 
         from queues.catalog.services import queue_stats_refresh
         from queues.models import Node
-        from queues.reconcile.history import wait_days_refresh
+        from queues.reconcile.history import capacity_hours_rollup, wait_days_refresh
 
         started = time.perf_counter()
         Node.objects.bulk_create(synthetic.node_rows())
@@ -292,6 +292,9 @@ def main() -> None:
         rollup_started = time.perf_counter()
         wait_days_refresh(now=timezone.now())  # 31 days at once: a fresh start or an outage
         rollup = time.perf_counter() - rollup_started
+        hours_started = time.perf_counter()
+        capacity_hours_rollup(now=timezone.now())
+        hours_rollup = time.perf_counter() - hours_started
         queue_stats_refresh(now=timezone.now())
         run_sql("ANALYZE")
         setup = time.perf_counter() - started
@@ -360,7 +363,9 @@ def main() -> None:
             f"interval, {args.jobs // 100:,} preempted; {DAYS * 1440 * 4:,} capacity samples, "
             f"{DAYS * 1440 * 6:,} pending samples; 50 teams, 12 queues, 672 nodes. Built in "
             f"{setup:.0f} s; the product's roll-up of 31 days of waits "
-            f"(`wait_days_refresh`, once after a fresh start) took {rollup:.1f} s. Server: "
+            f"(`wait_days_refresh`, once after a fresh start) took {rollup:.1f} s, of 30 days "
+            f"of capacity samples into hours (`capacity_hours_rollup`) {hours_rollup:.1f} s. "
+            "Server: "
             f"gunicorn, 2 sync workers, DEBUG off, one request at a time, {args.requests} "
             "requests each after 3 warm-ups.\n"
         )

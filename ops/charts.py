@@ -1,13 +1,15 @@
 """Plotly figures of /ops/, each drawn from the same selector result as the table beside it
-(nothing is recomputed here)."""
+(nothing is recomputed here). A figure is the dict plotly.js takes (``{"data": [...],
+"layout": {...}}``, the schema of plotly's figure reference), handed to the template as is:
+building and validating a dozen ``plotly.graph_objects`` figures of a thousand points each, and
+deep-copying them to serialize, took half the page's time."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-
-import plotly.graph_objects as go
+from typing import Any
 
 from chargeback.charts import LAYOUT
 from chargeback.selectors import Waste
@@ -26,25 +28,26 @@ from queues.models import CapacitySample
 SLOT_SHOWN = "8"  # the gang shape the fragmentation charts follow
 
 
-def _figure(title: str, **layout: object) -> go.Figure:
-    # Traces are plain dicts of plotly's schema, not validated again in Python: validating a
-    # dozen figures of a thousand points each took a third of the page's time.
-    return go.Figure(layout={**LAYOUT, "title": title, **layout}, _validate=False)
+Figure = dict[str, Any]
 
 
-def _bar(figure: go.Figure, **trace: object) -> None:
-    figure.add_trace({"type": "bar", **trace})
+def _figure(title: str, **layout: object) -> Figure:
+    return {"data": [], "layout": {**LAYOUT, "title": {"text": title}, **layout}}
 
 
-def _scatter(figure: go.Figure, **trace: object) -> None:
-    figure.add_trace({"type": "scatter", **trace})
+def _bar(figure: Figure, **trace: object) -> None:
+    figure["data"].append({"type": "bar", **trace})
+
+
+def _scatter(figure: Figure, **trace: object) -> None:
+    figure["data"].append({"type": "scatter", **trace})
 
 
 def _stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M")
 
 
-def capacity_now(samples: Sequence[CapacitySample]) -> str:
+def capacity_now(samples: Sequence[CapacitySample]) -> Figure:
     figure = _figure("Capacity now (GPU-equivalents)", barmode="stack")
     classes = [s.gpu_class.name for s in samples]
     for state in STATES:
@@ -54,19 +57,19 @@ def capacity_now(samples: Sequence[CapacitySample]) -> str:
             x=classes,
             y=[float(getattr(s, state)) for s in samples],
         )
-    return figure.to_json()
+    return figure
 
 
-def capacity_over_time(periods: Sequence[CapacityPeriod]) -> str:
+def capacity_over_time(periods: Sequence[CapacityPeriod]) -> Figure:
     """GPU-hours by state, per class and day (a two-level axis: class, then day)."""
     figure = _figure("Capacity by day (GPU-hours)", barmode="stack")
     x = [[p.gpu_class for p in periods], [f"{p.start:%m-%d}" for p in periods]]
     for state in STATES:
         _bar(figure, name=STATE_LABELS[state], x=x, y=[float(p.hours[state]) for p in periods])
-    return figure.to_json()
+    return figure
 
 
-def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -> str:
+def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -> Figure:
     figure = _figure(title, yaxis={"title": "% of allocatable", "range": [0, 100]})
     for gpu_class in sorted({p.gpu_class for p in periods}):
         mine = [p for p in periods if p.gpu_class == gpu_class]
@@ -77,10 +80,10 @@ def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -
             x=[_stamp(p.start) if hourly else f"{p.start:%Y-%m-%d}" for p in mine],
             y=[None if p.allocation is None else float(p.allocation) for p in mine],
         )
-    return figure.to_json()
+    return figure
 
 
-def waits(rows: Sequence[QueueWaits]) -> str:
+def waits(rows: Sequence[QueueWaits]) -> Figure:
     figure = _figure("Waits against target (minutes)", barmode="group")
     queues = [r.queue for r in rows]
 
@@ -90,10 +93,10 @@ def waits(rows: Sequence[QueueWaits]) -> str:
     _bar(figure, name="p50", x=queues, y=minutes([r.wait_p50 for r in rows]))
     _bar(figure, name="p90", x=queues, y=minutes([r.wait_p90 for r in rows]))
     _scatter(figure, name="target", x=queues, y=minutes([r.target for r in rows]), mode="markers")
-    return figure.to_json()
+    return figure
 
 
-def slo(rows: Sequence[QueueWaits]) -> str:
+def slo(rows: Sequence[QueueWaits]) -> Figure:
     figure = _figure("Started within target (% per day)", yaxis={"range": [0, 100]})
     for row in rows:
         _scatter(
@@ -103,10 +106,10 @@ def slo(rows: Sequence[QueueWaits]) -> str:
             x=[f"{d.day:%Y-%m-%d}" for d in row.days],
             y=[None if (s := slo_share(d)) is None else float(s) for d in row.days],
         )
-    return figure.to_json()
+    return figure
 
 
-def pending_now(rows: Sequence[tuple[str, str, int]]) -> str:
+def pending_now(rows: Sequence[tuple[str, str, int]]) -> Figure:
     figure = _figure("Pending now by binding reason", barmode="stack")
     codes = sorted({code for _, code, _ in rows})
     for queue in sorted({q for q, _, _ in rows}):
@@ -116,10 +119,10 @@ def pending_now(rows: Sequence[tuple[str, str, int]]) -> str:
             x=codes,
             y=[sum(n for q, c, n in rows if q == queue and c == code) for code in codes],
         )
-    return figure.to_json()
+    return figure
 
 
-def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> str:
+def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figure:
     figure = _figure("Pending by binding reason (average jobs per hour)")
     for code, points in sorted(series.items()):
         _scatter(
@@ -129,10 +132,10 @@ def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> str:
             x=[_stamp(at) for at, _ in points],
             y=[float(v) for _, v in points],
         )
-    return figure.to_json()
+    return figure
 
 
-def fragmentation_now(samples: Sequence[CapacitySample]) -> str:
+def fragmentation_now(samples: Sequence[CapacitySample]) -> Figure:
     figure = _figure("Free GPUs and 8-GPU slots now", barmode="group")
     classes = [s.gpu_class.name for s in samples]
     _bar(figure, name="free GPU-equivalents", x=classes, y=[float(s.unheld) for s in samples])
@@ -142,10 +145,10 @@ def fragmentation_now(samples: Sequence[CapacitySample]) -> str:
         x=classes,
         y=[8 * int(s.slots.get(SLOT_SHOWN, 0)) for s in samples],
     )
-    return figure.to_json()
+    return figure
 
 
-def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> str:
+def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
     figure = _figure("Free GPUs vs GPUs in 8-GPU slots (on the hour)")
     for gpu_class in sorted({p.gpu_class for p in points}):
         mine = [p for p in points if p.gpu_class == gpu_class]
@@ -161,10 +164,10 @@ def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> str:
             x=x,
             y=[8 * p.slots.get(SLOT_SHOWN, 0) for p in mine],
         )
-    return figure.to_json()
+    return figure
 
 
-def waste(rows: Sequence[Waste]) -> str:
+def waste(rows: Sequence[Waste]) -> Figure:
     figure = _figure("Waste (GPU-hours)", barmode="stack")
     teams = [w.team for w in rows]
     _bar(
@@ -174,10 +177,10 @@ def waste(rows: Sequence[Waste]) -> str:
         y=[float(w.preempted_gpu_hours) for w in rows],
     )
     _bar(figure, name="failed jobs", x=teams, y=[float(w.failed_gpu_hours) for w in rows])
-    return figure.to_json()
+    return figure
 
 
-def team_usage(rows: Sequence[TeamClassUse]) -> str:
+def team_usage(rows: Sequence[TeamClassUse]) -> Figure:
     figure = _figure("Held now against quota (GPU-equivalents)", barmode="group")
     x = [[r.team for r in rows], [r.gpu_class for r in rows]]
     _bar(figure, name="held", x=x, y=[float(r.held) for r in rows])
@@ -188,10 +191,10 @@ def team_usage(rows: Sequence[TeamClassUse]) -> str:
         x=x,
         y=[float(r.nominal + r.borrowing_limit) for r in rows],
     )
-    return figure.to_json()
+    return figure
 
 
-def duty(rows: Sequence[DutySum]) -> str:
+def duty(rows: Sequence[DutySum]) -> Figure:
     figure = _figure("Busy and allocated-but-idle GPU-hours by team", barmode="stack")
     teams = [r.name for r in rows]
     _bar(figure, name="busy", x=teams, y=[float(r.busy_gpu_hours) for r in rows])
@@ -199,4 +202,4 @@ def duty(rows: Sequence[DutySum]) -> str:
     _bar(
         figure, name="no utilization data", x=teams, y=[float(r.unmeasured_gpu_hours) for r in rows]
     )
-    return figure.to_json()
+    return figure

@@ -106,12 +106,17 @@ def capacity_over_time(*, start: datetime, end: datetime, bucket: Bucket) -> lis
         return hour if bucket == "hour" else hour.replace(hour=0)
 
     rolled = CapacityHour.objects.filter(hour__gte=start, hour__lt=end)
-    last = start - timedelta(hours=1)
-    for row in rolled.values("gpu_class__name", "hour", *STATES):
-        last = max(last, row["hour"])
-        key = (row["gpu_class__name"], period(row["hour"]))
+    last = rolled.aggregate(last=Max("hour"))["last"] or start - timedelta(hours=1)
+    truncate = (TruncHour if bucket == "hour" else TruncDay)("hour", tzinfo=UTC)
+    for row in (
+        rolled.annotate(period=truncate)
+        .values("gpu_class__name", "period")
+        .annotate(**{f"sum_{s}": Sum(s) for s in STATES})
+        .order_by()
+    ):
+        key = (row["gpu_class__name"], row["period"])
         for s in STATES:
-            sums[key][s] += row[s]
+            sums[key][s] += row[f"sum_{s}"]
     for row in (
         CapacitySample.objects.filter(at__gte=last + timedelta(hours=1), at__lt=end)
         .annotate(hour=TruncHour("at", tzinfo=UTC))
