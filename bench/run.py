@@ -15,6 +15,7 @@ BENCHMARKS = [
     ("Reconcile: one cycle against the simulated cluster", ["bench/bench_reconcile.py"]),
     ("Pages, API and submissions under gunicorn", ["bench/bench_web.py"]),
     ("Chargeback: a monthly statement", ["bench/bench_chargeback.py"]),
+    ("Operations dashboard and /metrics under gunicorn", ["bench/bench_ops.py"]),
 ]
 
 
