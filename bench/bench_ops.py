@@ -269,13 +269,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--requests", type=int, default=30, help="per page, after 3 warm-ups")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of /ops/")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--reuse", action="store_true", help="measure a kept database")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-ops-"))
-    synthetic.database_create(DATABASE)
+    if not args.reuse:
+        synthetic.database_create(DATABASE)
     server = None
     try:
         synthetic.django_setup(DATABASE, METRICS_TOKEN=TOKEN)
-        synthetic.migrate_and_apply_policy(tmp)
+        if not args.reuse:
+            synthetic.migrate_and_apply_policy(tmp)
         from django.contrib.auth import get_user_model
         from django.test import Client, override_settings
         from django.utils import timezone
@@ -285,20 +289,24 @@ def main() -> None:
         from queues.reconcile.history import capacity_hours_rollup, wait_days_refresh
 
         started = time.perf_counter()
-        Node.objects.bulk_create(synthetic.node_rows())
-        jobs_create(args.jobs)
-        usage_create()
-        history_create()
-        rollup_started = time.perf_counter()
-        wait_days_refresh(now=timezone.now())  # 31 days at once: a fresh start or an outage
-        rollup = time.perf_counter() - rollup_started
-        hours_started = time.perf_counter()
-        capacity_hours_rollup(now=timezone.now())
-        hours_rollup = time.perf_counter() - hours_started
-        queue_stats_refresh(now=timezone.now())
-        run_sql("ANALYZE")
-        setup = time.perf_counter() - started
-        admin = get_user_model().objects.create_user("bench-admin", is_staff=True)
+        setup = rollup = hours_rollup = 0.0
+        if not args.reuse:
+            Node.objects.bulk_create(synthetic.node_rows())
+            jobs_create(args.jobs)
+            usage_create()
+            history_create()
+            rollup_started = time.perf_counter()
+            wait_days_refresh(now=timezone.now())  # 31 days at once: after a fresh start
+            rollup = time.perf_counter() - rollup_started
+            hours_started = time.perf_counter()
+            capacity_hours_rollup(now=timezone.now())
+            hours_rollup = time.perf_counter() - hours_started
+            queue_stats_refresh(now=timezone.now())
+            run_sql("ANALYZE")
+            setup = time.perf_counter() - started
+        admin, _ = get_user_model().objects.get_or_create(
+            username="bench-admin", defaults={"is_staff": True}
+        )
         login = Client(HTTP_HOST=HOST)
         login.force_login(admin)
         session = login.cookies["sessionid"].value
@@ -383,7 +391,8 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        synthetic.database_drop(DATABASE)
+        if not args.keep:
+            synthetic.database_drop(DATABASE)
 
 
 if __name__ == "__main__":

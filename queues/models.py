@@ -642,6 +642,9 @@ class Job(models.Model):
             models.Index(fields=["owner", "state"], name="job_owner_state"),
             # The catalog's past waits read recent admissions; few jobs are terminating.
             models.Index(fields=["queue", "admitted_at"], name="job_queue_admitted"),
+            # The longest waiters (the operations dashboard): pending jobs oldest first, without
+            # walking a month of finished jobs in submission order.
+            models.Index(fields=["state", "submitted_at"], name="job_state_submitted"),
             models.Index(
                 fields=["terminating"], name="job_terminating", condition=Q(terminating=True)
             ),
