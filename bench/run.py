@@ -20,6 +20,7 @@ BENCHMARKS = [
         "End to end: Kueue's scheduler benchmark replayed through the whole portal",
         ["bench/bench_kueue_replay.py"],
     ),
+    ("Operations dashboard and /metrics under gunicorn", ["bench/bench_ops.py"]),
 ]
 
 

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "portal",
     "queues",
     "chargeback",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -340,3 +341,11 @@ LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
 if LOG_FORMAT not in LOG_FORMATS:
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: expected one of json, text")
 LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))
+
+# The operations dashboard and /metrics (docs/operations-dashboard.md). /metrics answers only a
+# caller that sends ``Authorization: Bearer <METRICS_TOKEN>``; unset, it answers nobody.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# A Prometheus-compatible HTTP API carrying DCGM's DCGM_FI_DEV_GPU_UTIL per pod (e.g.
+# http://prometheus:9090); unset, the duty-cycle panel says it is not configured.
+PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
+PROMETHEUS_TIMEOUT_SECONDS = env.float("PROMETHEUS_TIMEOUT_SECONDS", default=5.0)

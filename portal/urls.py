@@ -19,6 +19,8 @@ urlpatterns = [
     path("manage/", include("queues.operations.urls")),
     path("quota-requests/", include("queues.operations.request_urls")),
     path("chargeback/", include("chargeback.urls")),
+    path("ops/", include("ops.urls")),
+    path("metrics", include("ops.metrics_urls")),
     path("usage/", include("chargeback.usage_urls")),
     path("api/chargeback/", include("chargeback.api_urls")),
     path("api/", include("queues.api_urls")),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import heapq
 import secrets
+from collections import deque
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ from simcluster.kubelet import (
     memory_limit,
     pod_status,
     run_plan,
+    utilization_between,
+    utilization_profile,
 )
 from simcluster.logs import STEP_SECONDS, LogContext, log_lines, render
 from simcluster.nodes import ClusterSpec, SimulationSettings, load_cluster_file
@@ -84,6 +87,10 @@ NOT_READY = "node.kubernetes.io/not-ready"
 GPU_HEALTH_CONDITION = "GPUHealthy"
 GPU_HEALTH_LABEL = "nvidia.com/gpu.health"
 FOREIGN_NAMESPACE = "ml-sandbox"
+# One series' labels and value, as the simulated DCGM exporter reports them.
+UtilizationSeries = list[tuple[dict[str, str], float]]
+# Deleted GPU pods whose utilization history the simulated Prometheus keeps.
+GPU_HISTORY_PODS = 50_000
 
 ORPHAN_WARNING = (
     '299 - "child pods are preserved by default when jobs are deleted; set '
@@ -122,6 +129,8 @@ class SimCluster:
         self._timers: list[tuple[datetime, int, str, str, int]] = []
         self._seq = 0
         self._runs: dict[str, PodRun] = {}
+        # Deleted pods that held GPUs, for the utilization history (the newest ones).
+        self._gone_gpu_runs: deque[PodRun] = deque(maxlen=GPU_HISTORY_PODS)
         self._jobs: dict[str, JobRun] = {}
         self._pending: set[str] = set()
         # Resources held per node, kept as pods bind and end (not recomputed from every pod on
@@ -642,6 +651,51 @@ class SimCluster:
                 spec["nodeSelector"] = {"kubernetes.io/hostname": node}
             return self.create_pod(namespace, {"metadata": metadata, "spec": spec})
 
+    def gpu_utilization(self, at: datetime, window_seconds: float | None) -> UtilizationSeries:
+        """What NVIDIA's DCGM exporter would report for each pod holding GPUs: its GPU
+        utilization (percent) at ``at``, or averaged over the ``window_seconds`` before ``at``
+        while it ran (pods that did not run then have no series). Labels as the exporter puts
+        them on ``DCGM_FI_DEV_GPU_UTIL``; one series per pod (its first GPU)."""
+        with self.lock:
+            self._settle()
+            series = []
+            for run in [*self._runs.values(), *self._gone_gpu_runs]:
+                if run.started_at is None or run.node is None:
+                    continue
+                if not any(r.startswith("nvidia.com/") and v > 0 for r, v in run.requests.items()):
+                    continue
+                end = min(run.finished_at or at, at)
+                begin = (
+                    run.started_at
+                    if window_seconds is None
+                    else max(run.started_at, at - timedelta(seconds=window_seconds))
+                )
+                if window_seconds is None:
+                    if (
+                        not run.started_at
+                        <= at
+                        < (run.finished_at or datetime.max.replace(tzinfo=at.tzinfo))
+                    ):
+                        continue
+                    since = (at - run.started_at).total_seconds() * self.speed
+                    value = utilization_between(run.utilization, since, since)
+                else:
+                    if end <= begin:
+                        continue
+                    value = utilization_between(
+                        run.utilization,
+                        (begin - run.started_at).total_seconds() * self.speed,
+                        (end - run.started_at).total_seconds() * self.speed,
+                    )
+                labels = {
+                    "gpu": "0",
+                    "Hostname": run.node,
+                    "namespace": run.namespace,
+                    "pod": run.name,
+                }
+                series.append((labels, value))
+            return series
+
     def expire_watches(self) -> None:
         """Compact the history: a watch from any resourceVersion before now gets 410 Expired."""
         with self.lock:
@@ -874,6 +928,7 @@ class SimCluster:
         metadata, spec = pod["metadata"], pod["spec"]
         duration, exit_code, oom = run_plan(pod, self.settings)
         run = PodRun(
+            utilization=utilization_profile(pod, self.settings),
             uid=metadata["uid"],
             namespace=metadata["namespace"],
             name=metadata["name"],
@@ -1052,6 +1107,10 @@ class SimCluster:
         gone = self.store.remove("pods", run.namespace, run.name)
         assert gone is not None
         self._release(run)
+        if run.started_at is not None and any(
+            r.startswith("nvidia.com/") and v > 0 for r, v in run.requests.items()
+        ):
+            self._gone_gpu_runs.append(run)  # Prometheus keeps a deleted pod's series
         self._runs.pop(run.uid, None)
         self._pending.discard(run.uid)
         self._schedule_dirty = True

@@ -11,6 +11,13 @@ would report. :func:`run_plan` reads how long a pod runs and how it ends:
   ``SIM_OOM_KILL``;
 * else a ``sleep N`` in the container's command and arguments;
 * else the cluster file's ``simulation.default_duration_seconds`` and exit code 0.
+
+A pod's GPU utilization (what the simulated DCGM exporter publishes, see
+:mod:`simcluster.prometheus`) follows its profile, read by :func:`utilization_profile` from the
+annotation ``sim.gpuportal.io/gpu-utilization``, else the first container's environment
+``SIM_GPU_UTILIZATION``, else ``simulation.default_gpu_utilization`` (100): a percentage
+(``"35"``) or steps ``"<simulated seconds since start>:<percent>,…"`` (``"0:90,600:5"``: 90 %
+for the first ten simulated minutes, then 5 %).
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from simcluster.nodes import SimulationSettings
 DURATION_ANNOTATION = "sim.gpuportal.io/duration-seconds"
 EXIT_CODE_ANNOTATION = "sim.gpuportal.io/exit-code"
 OOM_ANNOTATION = "sim.gpuportal.io/oom-kill"
+UTILIZATION_ANNOTATION = "sim.gpuportal.io/gpu-utilization"
+# (simulated seconds since the container started, percent), in time order from 0.
+Profile = tuple[tuple[float, float], ...]
 _SLEEP = re.compile(r"(?:^|[\s;&|])sleep\s+(\d+(?:\.\d+)?)")
 
 
@@ -66,6 +76,7 @@ class PodRun:
     counted: bool = False  # already counted by its Job as succeeded or failed
     pod_ip: str = ""
     rejection: tuple[str, str] | None = None  # the kubelet's (reason, message) for a refused pod
+    utilization: Profile = ((0.0, 100.0),)
     container_ids: dict[str, str] = field(default_factory=dict)
     image_ids: dict[str, str] = field(default_factory=dict)
 
@@ -100,6 +111,45 @@ def run_plan(pod: dict[str, Any], settings: SimulationSettings) -> tuple[float |
         exit_code = 1
     oom_text = annotations.get(OOM_ANNOTATION, env.get("SIM_OOM_KILL", "false"))
     return duration, exit_code, str(oom_text).lower() in ("true", "1", "yes")
+
+
+def utilization_profile(pod: dict[str, Any], settings: SimulationSettings) -> Profile:
+    """The pod's GPU utilization profile (see the module docstring); text that does not parse
+    falls back to the default, as an unreadable duration does."""
+    annotations = pod["metadata"].get("annotations") or {}
+    container = pod["spec"]["containers"][0]
+    env = {e.get("name"): e.get("value") for e in container.get("env") or [] if "value" in e}
+    text = annotations.get(UTILIZATION_ANNOTATION, env.get("SIM_GPU_UTILIZATION"))
+    default: Profile = ((0.0, min(max(settings.default_gpu_utilization, 0.0), 100.0)),)
+    if not text:
+        return default
+    steps: list[tuple[float, float]] = []
+    try:
+        for part in str(text).split(","):
+            at, _, percent = part.strip().rpartition(":")
+            steps.append((float(at) if at else 0.0, float(percent)))
+    except ValueError:
+        return default
+    steps.sort()
+    if any(not 0 <= p <= 100 or t < 0 for t, p in steps) or not steps:
+        return default
+    if steps[0][0] > 0:
+        steps.insert(0, (0.0, default[0][1]))
+    return tuple(steps)
+
+
+def utilization_between(profile: Profile, start: float, end: float) -> float:
+    """The profile's average over [``start``, ``end``) simulated seconds since the start (its
+    value at ``start`` when the span is empty)."""
+    if end <= start:
+        return next(p for t, p in reversed(profile) if t <= start)
+    total = 0.0
+    for index, (at, percent) in enumerate(profile):
+        until = profile[index + 1][0] if index + 1 < len(profile) else math.inf
+        lo, hi = max(at, start), min(until, end)
+        if hi > lo:
+            total += (hi - lo) * percent
+    return total / (end - start)
 
 
 def _seconds(text: str) -> float | None:

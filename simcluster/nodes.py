@@ -43,6 +43,7 @@ class SimulationSettings:
 
     default_duration_seconds: float = 1800.0
     image_pull_seconds: float = 2.0
+    default_gpu_utilization: float = 100.0  # percent, what DCGM reports for a pod that says nothing
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,11 @@ def parse_cluster(data: Any, source: str = "cluster file") -> ClusterSpec:
 def _simulation(data: Any, source: str) -> SimulationSettings:
     if not isinstance(data, dict):
         raise NodeFileError(f"{source}: simulation must be a mapping")
-    unknown = set(data) - {"default_duration_seconds", "image_pull_seconds"}
+    unknown = set(data) - {
+        "default_duration_seconds",
+        "image_pull_seconds",
+        "default_gpu_utilization",
+    }
     if unknown:
         raise NodeFileError(f"{source}: unknown simulation keys {sorted(unknown)}")
     values = {key: float(value) for key, value in data.items()}

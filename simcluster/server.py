@@ -18,6 +18,7 @@ Served paths (``{ns}`` a namespace)::
 
 The side API for people and out-of-process tests (same bearer token)::
 
+    GET    /prometheus/api/v1/query[_range]   DCGM_FI_DEV_GPU_UTIL per pod (simcluster.prometheus)
     GET    /sim/state                  time, speed, GPU use per node, pods per phase
     POST   /sim/clock  {"advance": s}  move the clock forward s seconds
     POST   /sim/faults {"kind": …}     inject a fault (see docs/simulated-cluster.md)
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from simcluster import prometheus
 from simcluster.cluster import SimCluster
 from simcluster.errors import ApiError, bad_request, failure_status
 from simcluster.faults import RequestFault
@@ -263,6 +265,13 @@ class _Handler(BaseHTTPRequestHandler):
         }
         body_bytes = self._read_body()
         try:
+            if path.startswith("/prometheus/") and method == "GET":
+                # The simulated DCGM exporter's Prometheus: no token, as Prometheus has none.
+                status, answer = prometheus.answer(
+                    self.cluster, path.removeprefix("/prometheus"), query
+                )
+                self._send(Response(status, answer))
+                return
             if not self._authorized():
                 raise ApiError(401, "Unauthorized")
             if path.startswith("/sim"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,9 @@ class Cluster:
         self.timeout = timeout
         self.calls = 0  # API requests made, for the benchmark and the tests
         self._calls_lock = threading.Lock()  # the mirror's watch threads count theirs too
+        # Failed requests by kind ("connection", "http_503"…): the reconcile adds them to the
+        # exported counters (queues.counters) after each cycle.
+        self.errors: Counter[str] = Counter()
         self._namespaces: set[str] = set()
 
     @classmethod
@@ -100,10 +104,12 @@ class Cluster:
                 *args, _request_timeout=self.timeout, _preload_content=not raw, **kwargs
             )
         except ApiException as exc:
+            self._count_error(f"http_{exc.status}" if exc.status else "connection")
             if exc.status is None or exc.status >= 500 or exc.status == 429:
                 raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
             raise ClusterRejected(exc.status, _status_message(exc)) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._count_error("connection")
             raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
         if raw:
             try:
@@ -115,6 +121,16 @@ class Cluster:
     def _count_call(self) -> None:
         with self._calls_lock:
             self.calls += 1
+
+    def _count_error(self, kind: str) -> None:
+        with self._calls_lock:
+            self.errors[kind] += 1
+
+    def errors_taken(self) -> Counter[str]:
+        """The failed requests counted since the last call, by kind (and reset)."""
+        with self._calls_lock:
+            taken, self.errors = self.errors, Counter()
+        return taken
 
     def _list(self, method: Any, **kwargs: Any) -> Listing:
         """Every item, following ``continue`` tokens page by page."""
@@ -292,10 +308,12 @@ class Cluster:
         try:
             yield from stream
         except ApiException as exc:
-            if exc.status == 410:
+            if exc.status == 410:  # the resource version expired: the mirror lists again
                 raise ClusterRejected(410, str(exc.reason)) from exc
+            self._count_error(f"http_{exc.status}" if exc.status else "connection")
             raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._count_error("connection")
             raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
 
 

@@ -15,6 +15,8 @@ from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest
 from queues.catalog.selectors import queues_visible_to, teams_of
+from queues.cluster.prometheus import prometheus_from_settings
+from queues.jobs.duty import job_duty
 from queues.jobs.forms import JobForm
 from queues.jobs.preview import job_alternatives, job_preview
 from queues.jobs.requests import JobRequest
@@ -101,6 +103,8 @@ def job_detail(request: PortalRequest, job_id: int) -> HttpResponse:
     }
     if request.htmx:
         return render(request, "jobs/_status.html", context)
+    # Prometheus is asked on the page's load only, not on each live refresh of its status.
+    context["duty"] = job_duty(prometheus_from_settings(), job_id=job.pk, now=timezone.now())
     return render(request, "jobs/detail.html", context)
 
 

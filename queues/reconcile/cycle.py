@@ -18,6 +18,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -25,11 +26,23 @@ from queues import admission as engine
 from queues.catalog.services import queue_stats_refresh
 from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable
 from queues.cluster.mirror import ClusterMirror
+from queues.counters import (
+    CLUSTER_API_ERRORS,
+    CYCLE_BUCKETS,
+    QUEUE_WAIT_SECONDS,
+    RECONCILE_CYCLE_SECONDS,
+    RECONCILE_ERRORS,
+    WAIT_BUCKETS,
+    counter_add,
+    counter_add_quietly,
+    histogram_observe,
+)
 from queues.models import (
     K8S_JOB_STATES,
     ClusterStatus,
     Job,
 )
+from queues.reconcile.history import history_record
 from queues.reconcile.jobs import jobs_sync
 from queues.reconcile.leases import lease_acquire, lease_release
 from queues.reconcile.nodes import maintenance_preempt, nodes_sync
@@ -72,40 +85,83 @@ def reconcile_cycle(
     calls_before = cluster.calls
     try:
         now = now or timezone.now()
-        try:
-            view = read_cluster(cluster, mirror)
-        except (ClusterUnreachable, ClusterRejected) as exc:
-            since = cluster_unreachable(str(exc), now=now)
-            report.unreachable = str(exc)
-            plan = engine.plan(snapshot_build(now=now, cluster_unreachable_since=since))
-            plan_store_reasons(plan, now=now)
-            return report
-        nodes_sync(view, now=now)
-        unknown = unknown_jobs(view)
-        jobs_sync(view, now=now, report=report)
-        usage_sync(view, now=now, report=report)
-        maintenance_preempt(now=now, report=report)
-        snapshot = with_default_probes(snapshot_build(now=now))
-        plan = engine.plan(snapshot)
-        plan_apply(plan, now=now, report=report)
-        try:
-            cluster_apply(cluster, view, now=now, report=report)
-        except ClusterUnreachable as exc:
-            cluster_unreachable(str(exc), now=now)
-            report.unreachable = str(exc)
-        else:
-            cluster_reachable(now=now, unknown=unknown)
-        # What is for reading comes after the cluster's creates and deletes, which are not held
-        # up by it: the waiting jobs' reasons, positions and estimates, the queues' estimates
-        # and the catalog's numbers.
-        pending_reasons_store(plan, now=now)
-        queue_estimates_store(snapshot, plan, now=now)
-        queue_stats_refresh(now=now)
-        return report
+        return _cycle(cluster, mirror, now=now, report=report)
+    except Exception as exc:
+        counter_add_quietly(RECONCILE_ERRORS, type(exc).__name__)
+        raise
     finally:
         report.api_calls = cluster.calls - calls_before
         report.seconds = time.monotonic() - started
-        lease_release(name=LEASE, holder=holder)
+        try:
+            cycle_record(cluster, report=report, now=timezone.now())
+        finally:
+            lease_release(name=LEASE, holder=holder)
+
+
+def _cycle(
+    cluster: Cluster, mirror: ClusterMirror | None, *, now: datetime, report: CycleReport
+) -> CycleReport:
+    try:
+        view = read_cluster(cluster, mirror)
+    except (ClusterUnreachable, ClusterRejected) as exc:
+        since = cluster_unreachable(str(exc), now=now)
+        report.unreachable = str(exc)
+        plan = engine.plan(snapshot_build(now=now, cluster_unreachable_since=since))
+        plan_store_reasons(plan, now=now)
+        return report
+    nodes_sync(view, now=now)
+    unknown = unknown_jobs(view)
+    jobs_sync(view, now=now, report=report)
+    usage_sync(view, now=now, report=report)
+    maintenance_preempt(now=now, report=report)
+    snapshot = with_default_probes(snapshot_build(now=now))
+    plan = engine.plan(snapshot)
+    plan_apply(plan, now=now, report=report)
+    try:
+        cluster_apply(cluster, view, now=now, report=report)
+    except ClusterUnreachable as exc:
+        cluster_unreachable(str(exc), now=now)
+        report.unreachable = str(exc)
+    else:
+        cluster_reachable(now=now, unknown=unknown)
+    # What is for reading comes after the cluster's creates and deletes, which are not held up
+    # by it: the waiting jobs' reasons, positions and estimates, the queues' estimates, the
+    # catalog's numbers and the operations history.
+    pending_reasons_store(plan, now=now)
+    queue_estimates_store(snapshot, plan, now=now)
+    queue_stats_refresh(now=now)
+    history_record(snapshot, plan, now=now)
+    waits_observe(snapshot, report.admitted, now=now)
+    return report
+
+
+def cycle_record(cluster: Cluster, *, report: CycleReport, now: datetime) -> None:
+    """The cycle's own numbers for /metrics: its duration (a histogram and the last one), when
+    it ended, and the cluster API's failed requests by kind. A failure to record is logged,
+    never raised over the cycle's own outcome."""
+    if not report.ran:
+        return
+    try:
+        for kind, count in sorted(cluster.errors_taken().items()):
+            counter_add(CLUSTER_API_ERRORS, kind, count)
+        histogram_observe(RECONCILE_CYCLE_SECONDS, report.seconds, bounds=CYCLE_BUCKETS)
+        ClusterStatus.objects.get_or_create(pk=1)
+        ClusterStatus.objects.filter(pk=1).update(
+            last_cycle_at=now, last_cycle_seconds=report.seconds
+        )
+    except DatabaseError:
+        logger.exception("could not record the reconcile cycle's metrics")
+
+
+def waits_observe(snapshot: engine.Snapshot, admitted: list[int], *, now: datetime) -> None:
+    """Each job this cycle admitted, its wait (admitted minus submitted) into its queue's
+    wait histogram."""
+    pending = {job.id: job for job in snapshot.pending}
+    for job_id in admitted:
+        job = pending.get(job_id)
+        if job is not None:
+            wait = max((now - job.submitted_at).total_seconds(), 0.0)
+            histogram_observe(QUEUE_WAIT_SECONDS, wait, bounds=WAIT_BUCKETS, label=job.queue)
 
 
 def cluster_unreachable(error: str, *, now: datetime) -> datetime:

@@ -6,6 +6,7 @@ and the web server; stops all of them on Ctrl-C or when one of them dies.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -34,8 +36,8 @@ class Command(BaseCommand):
         kubeconfig.unlink(missing_ok=True)
         processes: list[tuple[str, subprocess.Popen[bytes]]] = []
 
-        def start(name: str, command: list[str]) -> None:
-            processes.append((name, subprocess.Popen(command)))
+        def start(name: str, command: list[str], env: dict[str, str] | None = None) -> None:
+            processes.append((name, subprocess.Popen(command, env=env)))
 
         start(
             "simulated cluster",
@@ -77,7 +79,12 @@ class Command(BaseCommand):
                 str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
             ],
         )
-        start("web", [python, "manage.py", "runserver", "--noreload", addr])
+        # The duty-cycle panels read the simulated cluster's DCGM series unless told otherwise.
+        web_env = dict(os.environ)
+        if not settings.PROMETHEUS_URL:
+            server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+            web_env["PROMETHEUS_URL"] = f"{server.rstrip('/')}/prometheus"
+        start("web", [python, "manage.py", "runserver", "--noreload", addr], env=web_env)
         self.stdout.write(f"GPU Portal on http://{addr}/ — Ctrl-C stops everything")
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class OpsConfig(AppConfig):
+    name = "ops"
+    verbose_name = "Operations dashboard and metrics"
+
+    def ready(self) -> None:
+        # Celery task failures are counted in every process that runs tasks (queues.counters).
+        from ops import signals  # noqa: F401

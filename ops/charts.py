@@ -1,0 +1,205 @@
+"""Plotly figures of /ops/, each drawn from the same selector result as the table beside it
+(nothing is recomputed here). A figure is the dict plotly.js takes (``{"data": [...],
+"layout": {...}}``, the schema of plotly's figure reference), handed to the template as is:
+building and validating a dozen ``plotly.graph_objects`` figures of a thousand points each, and
+deep-copying them to serialize, took half the page's time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from chargeback.charts import LAYOUT
+from chargeback.selectors import Waste
+from ops.selectors import (
+    STATE_LABELS,
+    STATES,
+    CapacityPeriod,
+    FragmentationPoint,
+    QueueWaits,
+    TeamClassUse,
+    slo_share,
+)
+from queues.jobs.duty import DutySum
+from queues.models import CapacitySample
+
+SLOT_SHOWN = "8"  # the gang shape the fragmentation charts follow
+
+
+Figure = dict[str, Any]
+
+
+def _figure(title: str, **layout: object) -> Figure:
+    return {"data": [], "layout": {**LAYOUT, "title": {"text": title}, **layout}}
+
+
+def _bar(figure: Figure, **trace: object) -> None:
+    figure["data"].append({"type": "bar", **trace})
+
+
+def _scatter(figure: Figure, **trace: object) -> None:
+    figure["data"].append({"type": "scatter", **trace})
+
+
+def _stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M")
+
+
+def capacity_now(samples: Sequence[CapacitySample]) -> Figure:
+    figure = _figure("Capacity now (GPU-equivalents)", barmode="stack")
+    classes = [s.gpu_class.name for s in samples]
+    for state in STATES:
+        _bar(
+            figure,
+            name=STATE_LABELS[state],
+            x=classes,
+            y=[float(getattr(s, state)) for s in samples],
+        )
+    return figure
+
+
+def capacity_over_time(periods: Sequence[CapacityPeriod]) -> Figure:
+    """GPU-hours by state, per class and day (a two-level axis: class, then day)."""
+    figure = _figure("Capacity by day (GPU-hours)", barmode="stack")
+    x = [[p.gpu_class for p in periods], [f"{p.start:%m-%d}" for p in periods]]
+    for state in STATES:
+        _bar(figure, name=STATE_LABELS[state], x=x, y=[float(p.hours[state]) for p in periods])
+    return figure
+
+
+def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -> Figure:
+    figure = _figure(title, yaxis={"title": "% of allocatable", "range": [0, 100]})
+    for gpu_class in sorted({p.gpu_class for p in periods}):
+        mine = [p for p in periods if p.gpu_class == gpu_class]
+        _scatter(
+            figure,
+            name=gpu_class,
+            mode="lines+markers",
+            x=[_stamp(p.start) if hourly else f"{p.start:%Y-%m-%d}" for p in mine],
+            y=[None if p.allocation is None else float(p.allocation) for p in mine],
+        )
+    return figure
+
+
+def waits(rows: Sequence[QueueWaits]) -> Figure:
+    figure = _figure("Waits against target (minutes)", barmode="group")
+    queues = [r.queue for r in rows]
+
+    def minutes(values: Sequence[object]) -> list[float | None]:
+        return [None if v is None else v.total_seconds() / 60 for v in values]  # type: ignore[attr-defined]
+
+    _bar(figure, name="p50", x=queues, y=minutes([r.wait_p50 for r in rows]))
+    _bar(figure, name="p90", x=queues, y=minutes([r.wait_p90 for r in rows]))
+    _scatter(figure, name="target", x=queues, y=minutes([r.target for r in rows]), mode="markers")
+    return figure
+
+
+def slo(rows: Sequence[QueueWaits]) -> Figure:
+    figure = _figure("Started within target (% per day)", yaxis={"range": [0, 100]})
+    for row in rows:
+        _scatter(
+            figure,
+            name=row.queue,
+            mode="lines+markers",
+            x=[f"{d.day:%Y-%m-%d}" for d in row.days],
+            y=[None if (s := slo_share(d)) is None else float(s) for d in row.days],
+        )
+    return figure
+
+
+def pending_now(rows: Sequence[tuple[str, str, int]]) -> Figure:
+    figure = _figure("Pending now by binding reason", barmode="stack")
+    codes = sorted({code for _, code, _ in rows})
+    for queue in sorted({q for q, _, _ in rows}):
+        _bar(
+            figure,
+            name=queue,
+            x=codes,
+            y=[sum(n for q, c, n in rows if q == queue and c == code) for code in codes],
+        )
+    return figure
+
+
+def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figure:
+    figure = _figure("Pending by binding reason (average jobs per hour)")
+    for code, points in sorted(series.items()):
+        _scatter(
+            figure,
+            name=code,
+            mode="lines",
+            x=[_stamp(at) for at, _ in points],
+            y=[float(v) for _, v in points],
+        )
+    return figure
+
+
+def fragmentation_now(samples: Sequence[CapacitySample]) -> Figure:
+    figure = _figure("Free GPUs and 8-GPU slots now", barmode="group")
+    classes = [s.gpu_class.name for s in samples]
+    _bar(figure, name="free GPU-equivalents", x=classes, y=[float(s.unheld) for s in samples])
+    _bar(
+        figure,
+        name="GPUs in 8-GPU slots",
+        x=classes,
+        y=[8 * int(s.slots.get(SLOT_SHOWN, 0)) for s in samples],
+    )
+    return figure
+
+
+def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
+    figure = _figure("Free GPUs vs GPUs in 8-GPU slots (on the hour)")
+    for gpu_class in sorted({p.gpu_class for p in points}):
+        mine = [p for p in points if p.gpu_class == gpu_class]
+        x = [_stamp(p.at) for p in mine]
+        _scatter(
+            figure, name=f"{gpu_class} free", mode="lines", x=x, y=[float(p.free) for p in mine]
+        )
+        _scatter(
+            figure,
+            name=f"{gpu_class} in 8-GPU slots",
+            mode="lines",
+            line={"dash": "dot"},
+            x=x,
+            y=[8 * p.slots.get(SLOT_SHOWN, 0) for p in mine],
+        )
+    return figure
+
+
+def waste(rows: Sequence[Waste]) -> Figure:
+    figure = _figure("Waste (GPU-hours)", barmode="stack")
+    teams = [w.team for w in rows]
+    _bar(
+        figure,
+        name="preemption since checkpoint",
+        x=teams,
+        y=[float(w.preempted_gpu_hours) for w in rows],
+    )
+    _bar(figure, name="failed jobs", x=teams, y=[float(w.failed_gpu_hours) for w in rows])
+    return figure
+
+
+def team_usage(rows: Sequence[TeamClassUse]) -> Figure:
+    figure = _figure("Held now against quota (GPU-equivalents)", barmode="group")
+    x = [[r.team for r in rows], [r.gpu_class for r in rows]]
+    _bar(figure, name="held", x=x, y=[float(r.held) for r in rows])
+    _bar(figure, name="nominal quota", x=x, y=[float(r.nominal) for r in rows])
+    _bar(
+        figure,
+        name="nominal + borrowing limit",
+        x=x,
+        y=[float(r.nominal + r.borrowing_limit) for r in rows],
+    )
+    return figure
+
+
+def duty(rows: Sequence[DutySum]) -> Figure:
+    figure = _figure("Busy and allocated-but-idle GPU-hours by team", barmode="stack")
+    teams = [r.name for r in rows]
+    _bar(figure, name="busy", x=teams, y=[float(r.busy_gpu_hours) for r in rows])
+    _bar(figure, name="idle", x=teams, y=[float(r.idle_gpu_hours) for r in rows])
+    _bar(
+        figure, name="no utilization data", x=teams, y=[float(r.unmeasured_gpu_hours) for r in rows]
+    )
+    return figure

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from ops import views
+
+urlpatterns = [
+    path("", views.metrics, name="metrics"),
+]

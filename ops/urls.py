@@ -1,0 +1,8 @@
+from django.urls import path
+
+from ops import views
+
+app_name = "ops"
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+]

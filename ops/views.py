@@ -1,0 +1,141 @@
+"""/ops/ (admins; finance may read) and /metrics (a bearer token): thin, they read selectors and
+render."""
+
+from __future__ import annotations
+
+import hmac
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from chargeback.capacity import capacity_split
+from chargeback.selectors import waste_by_team
+from ops import charts
+from ops.metrics import metrics_text
+from ops.selectors import (
+    STATE_LABELS,
+    STATES,
+    capacity_now,
+    capacity_over_time,
+    cluster_status,
+    fragmentation_over_time,
+    latest_minute,
+    longest_waiters,
+    node_states,
+    node_table,
+    pending_now,
+    pending_over_time,
+    queue_waits,
+    team_usage,
+    usage_half_life,
+)
+from queues.cluster.prometheus import PrometheusUnavailable, prometheus_from_settings
+from queues.jobs.duty import duty_by, duty_lines
+from queues.operations.access import audit_reader_required
+
+# How far back each part of the page looks.
+DAYS = 30  # capacity, allocation and SLO by day
+HOURS = 48  # allocation, pending reasons and fragmentation by hour
+RECENT = timedelta(days=7)  # waste
+EXACT = timedelta(hours=24)  # the exact capacity split (chargeback's rule) and the duty cycle
+
+
+@audit_reader_required
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    minute = latest_minute()
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    day_start = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=DAYS - 1)
+    hourly_start = hour - timedelta(hours=HOURS - 1)
+    samples = capacity_now(minute)
+    by_day = capacity_over_time(start=day_start, end=now, bucket="day")
+    by_hour = capacity_over_time(start=hourly_start, end=now, bucket="hour")
+    pending = pending_now(minute)
+    pending_series = pending_over_time(start=hourly_start, end=now, bucket="hour")
+    fragmentation = fragmentation_over_time(start=hourly_start, end=now)
+    waits = queue_waits(since=day_start.date())
+    waste = waste_by_team(start=now - RECENT, end=now, now=now, team_ids=None)
+    uses, standings = team_usage(now=now)
+    nodes, node_page = node_table(page=request.GET.get("nodes"))
+    duty: dict[str, Any] = {"configured": False}
+    prometheus = prometheus_from_settings()
+    if prometheus is not None:
+        try:
+            lines = duty_lines(prometheus, start=now - EXACT, end=now)
+        except PrometheusUnavailable as exc:
+            duty = {"configured": True, "error": str(exc)}
+        else:
+            duty = {
+                "configured": True,
+                "teams": duty_by(lines, "team"),
+                "queues": duty_by(lines, "queue"),
+                "jobs": sorted(lines, key=lambda x: (-x.idle_gpu_hours, x.job_id))[:20],
+                "shared": any(x.shared for x in lines),
+            }
+    figures = [
+        ("capacity-now", charts.capacity_now(samples)),
+        ("capacity-days", charts.capacity_over_time(by_day)),
+        ("allocation-days", charts.allocation(by_day, title="Allocation by day", hourly=False)),
+        ("allocation-hours", charts.allocation(by_hour, title="Allocation by hour", hourly=True)),
+        ("waits", charts.waits(waits)),
+        ("slo", charts.slo(waits)),
+        ("pending-now", charts.pending_now(pending)),
+        ("pending-hours", charts.pending_over_time(pending_series)),
+        ("fragmentation-now", charts.fragmentation_now(samples)),
+        ("fragmentation-hours", charts.fragmentation_over_time(fragmentation)),
+        ("waste", charts.waste(waste)),
+        ("team-usage", charts.team_usage(uses)),
+    ]
+    if duty.get("teams") is not None:
+        figures.append(("duty", charts.duty(duty["teams"])))
+    context = {
+        "now": now,
+        "minute": minute,
+        "status": cluster_status(),
+        "states": [(s, STATE_LABELS[s]) for s in STATES],
+        "samples": samples,
+        "exact": capacity_split(start=now - EXACT, end=now, now=now),
+        "by_day": by_day,
+        "pending": pending,
+        "waiters": longest_waiters(now=now),
+        "waits": waits,
+        "waste": waste,
+        "uses": uses,
+        "standings": standings,
+        "half_life": usage_half_life(),
+        "nodes": nodes,
+        "node_page": node_page,
+        "node_states": node_states(),
+        "duty": duty,
+        "days": DAYS,
+        "hours": HOURS,
+        "charts": figures,
+    }
+    return render(request, "ops/dashboard.html", context)
+
+
+def _authorized(request: HttpRequest) -> bool:
+    """A caller with ``Authorization: Bearer <METRICS_TOKEN>``; nobody when the token is unset."""
+    token = settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(given, token)
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text format, computed from the database at scrape time."""
+    if not _authorized(request):
+        response = HttpResponse(
+            "a bearer token is required\n", status=401, content_type="text/plain"
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    body, content_type = metrics_text(now=timezone.now())
+    return HttpResponse(body, content_type=content_type)
