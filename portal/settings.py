@@ -55,7 +55,7 @@ INSTALLED_APPS = [
     "portal",
     "queues",
     "chargeback",
-    "ops",
+    "chargeback.ops",
 ]
 
 MIDDLEWARE = [

@@ -264,6 +264,9 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
         "ALLOWED_HOSTS": "127.0.0.1",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'portal.sqlite3'}",
         "LOG_FORMAT": "json",
+        # Behind the TLS-terminating proxy production has (plain HTTP is redirected to HTTPS,
+        # all but /healthz): the proxy's header says the request came over HTTPS.
+        "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
     }
     check = run("manage.py", "check", "--deploy", **production)
     assert check.returncode == 0, check.stderr[-3000:]
@@ -299,7 +302,10 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
                 time.sleep(0.5)
         manifest = json.loads((app / "staticfiles" / "staticfiles.json").read_text())["paths"]
         hashed = manifest["portal/portal.css"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/static/{hashed}", timeout=5) as css:
+        css_request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/static/{hashed}", headers={"X-Forwarded-Proto": "https"}
+        )
+        with urllib.request.urlopen(css_request, timeout=5) as css:
             static_status = css.status
     finally:
         server.terminate()

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import pytest
 
-from ops.selectors import capacity_over_time, pending_over_time, queue_waits, slo_share
+from chargeback.ops.selectors import capacity_over_time, pending_over_time, queue_waits, slo_share
 from queues.admission import MaintenanceState
 from queues.admission.testing import node, reservation, running, snapshot
 from queues.models import (

@@ -11,11 +11,11 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from ops.metrics import PortalCollector
+from chargeback.ops.metrics import PortalCollector
 
 pytestmark = pytest.mark.django_db
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SERIES = re.compile(r"\bgpuportal_[a-z0-9_]+")
 
 

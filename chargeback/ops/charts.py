@@ -12,8 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from chargeback.charts import LAYOUT
-from chargeback.selectors import Waste
-from ops.selectors import (
+from chargeback.ops.selectors import (
     STATE_LABELS,
     STATES,
     CapacityPeriod,
@@ -22,6 +21,7 @@ from ops.selectors import (
     TeamClassUse,
     slo_share,
 )
+from chargeback.selectors import Waste
 from queues.jobs.duty import DutySum
 from queues.models import CapacitySample
 

@@ -14,10 +14,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from chargeback.capacity import capacity_split
-from chargeback.selectors import waste_by_team
-from ops import charts
-from ops.metrics import metrics_text
-from ops.selectors import (
+from chargeback.ops import charts
+from chargeback.ops.metrics import metrics_text
+from chargeback.ops.selectors import (
     STATE_LABELS,
     STATES,
     capacity_now,
@@ -34,6 +33,7 @@ from ops.selectors import (
     team_usage,
     usage_half_life,
 )
+from chargeback.selectors import waste_by_team
 from queues.cluster.prometheus import PrometheusUnavailable, prometheus_from_settings
 from queues.jobs.duty import duty_by, duty_lines
 from queues.operations.access import audit_reader_required

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from ops import views
+from chargeback.ops import views
 
 urlpatterns = [
     path("", views.metrics, name="metrics"),

@@ -18,7 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ops.selectors import (
+from chargeback.ops.selectors import (
     STATES,
     capacity_now,
     cluster_status,

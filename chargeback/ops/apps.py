@@ -2,9 +2,10 @@ from django.apps import AppConfig
 
 
 class OpsConfig(AppConfig):
-    name = "ops"
+    name = "chargeback.ops"
+    label = "ops"
     verbose_name = "Operations dashboard and metrics"
 
     def ready(self) -> None:
         # Celery task failures are counted in every process that runs tasks (queues.counters).
-        from ops import signals  # noqa: F401
+        from chargeback.ops import signals  # noqa: F401
