@@ -84,6 +84,10 @@ class StatementQuery(serializers.Serializer):
         return tuple(dict.fromkeys(names))
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # An empty value (``?start=``) is a bad value, not an absent one.
+        for name in ("period", "start", "end", "group_by"):
+            if name in self.initial_data and name not in attrs:
+                raise serializers.ValidationError({name: "must not be empty"})
         if "period" in attrs:
             if "start" in attrs or "end" in attrs:
                 raise serializers.ValidationError({"period": "give either period or start and end"})

@@ -110,6 +110,9 @@ def test_the_api_groups_any_range(november, fiona, api_as):
         ({"period": "2026-13"}, "period"),
         ({"period": MONTH, "format": "xml"}, "format"),
         ({"start": "2026-11-01", "end": "2099-12-01"}, "end"),
+        ({"start": ""}, "start"),
+        ({"period": ""}, "period"),
+        ({"start": "2026-11-01", "end": ""}, "end"),
     ],
 )
 def test_bad_parameters_are_a_400_naming_the_parameter(fiona, api_as, params, field):
