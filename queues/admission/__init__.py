@@ -12,7 +12,7 @@ from queues.admission.capability import (
     resolve_capability,
 )
 from queues.admission.engine import plan
-from queues.admission.explain import Alternative, Explanation, explain
+from queues.admission.explain import Acceptable, Alternative, Explanation, explain, keeps_the_ask
 from queues.admission.plan import (
     Admission,
     EstimatedStart,
@@ -44,6 +44,7 @@ from queues.admission.snapshot import (
 __all__ = [
     "PROBE_USER",
     "Admission",
+    "Acceptable",
     "Alternative",
     "CapabilityRequest",
     "CapacityKind",
@@ -72,6 +73,7 @@ __all__ = [
     "TopologyScope",
     "default_probe",
     "explain",
+    "keeps_the_ask",
     "gpu_eq_json",
     "mig_profile_memory_gb",
     "parse_share",

@@ -13,6 +13,7 @@ from django.utils import timezone
 from queues import admission as engine
 from queues.jobs.requests import JobRequest, job_request_errors
 from queues.jobs.selectors import hourly_cost
+from queues.models import CapabilityClass, Job, Queue
 from queues.reconcile.snapshot import snapshot_build
 
 PREVIEW_JOB_ID = 0  # no stored job has id 0
@@ -90,7 +91,7 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
             currency=cost.currency if cost else "",
         )
     status = plan.status(PREVIEW_JOB_ID)
-    explanation = engine.explain(snapshot, PREVIEW_JOB_ID)
+    explanation = engine.explain(snapshot, PREVIEW_JOB_ID, acceptable=acceptable_for(request))
     cheapest = _cheapest_class(request, snapshot)
     cost = (
         hourly_cost(gpu_class=cheapest, gpu_equivalents=request.gpu_equivalents, at=now)
@@ -121,11 +122,33 @@ def _cheapest_class(request: JobRequest, snapshot: engine.Snapshot) -> str:
     return matches.matches[0] if matches.matches else ""
 
 
-def job_alternatives(*, job_id: int, now: datetime | None = None) -> tuple[engine.Alternative, ...]:
+def job_alternatives(*, job: Job, now: datetime | None = None) -> tuple[engine.Alternative, ...]:
     """Other queues and capability classes that would start a pending job sooner (on demand:
-    each is a full plan). Empty when the job is not pending or nothing would be sooner."""
+    each is a full plan), each one a submission of the same job the portal would accept. Empty
+    when the job is not pending or nothing would be sooner."""
     snapshot = snapshot_build(now=now or timezone.now())
     try:
-        return engine.explain(snapshot, job_id).alternatives
+        return engine.explain(
+            snapshot, job.pk, acceptable=acceptable_for(JobRequest.of_job(job))
+        ).alternatives
     except KeyError:
         return ()
+
+
+def acceptable_for(request: JobRequest) -> engine.Acceptable:
+    """Whether ``request`` moved to another queue and capability class keeps every request rule
+    (``job_request_errors``: access, per-job limits, runtime, sharing, what can ever fit): a
+    suggestion is only one a person can follow."""
+    queues = {q.name: q for q in Queue.objects.active()}
+    capabilities = {c.name: c for c in CapabilityClass.objects.active()}
+    cache: dict[Any, Any] = {}
+
+    def acceptable(queue: str, capability: str) -> bool:
+        if queue not in queues or capability not in capabilities:
+            return False
+        moved = dataclasses.replace(
+            request, queue=queues[queue], capability_class=capabilities[capability]
+        )
+        return not job_request_errors(moved, cache=cache)
+
+    return acceptable

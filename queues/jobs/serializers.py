@@ -303,6 +303,12 @@ class AlternativeSerializer(serializers.Serializer):
     capability = serializers.CharField()
     starts_at = serializers.DateTimeField()
     admitted_now = serializers.BooleanField()
+    preemption = serializers.CharField(help_text="The queue's preemption class.")
+    same_queue = serializers.BooleanField()
+    same_capability = serializers.BooleanField()
+    sharing = serializers.CharField(
+        help_text="The queue's sharing mode when it differs from the job's queue's; else empty."
+    )
 
 
 class PreviewSerializer(serializers.Serializer):

@@ -109,7 +109,7 @@ def job_alternatives_view(request: PortalRequest, job_id: int) -> HttpResponse:
     """What would start a waiting job sooner: each what-if is a full plan, so the job page
     loads this part after itself instead of waiting for it."""
     job = _visible_job(request, job_id)
-    alternatives = job_alternatives(job_id=job.pk) if job.state == JobState.PENDING else ()
+    alternatives = job_alternatives(job=job) if job.state == JobState.PENDING else ()
     return render(request, "jobs/_alternatives.html", {"job": job, "alternatives": alternatives})
 
 
