@@ -33,6 +33,7 @@ class Preview:
     alternatives: tuple[engine.Alternative, ...] = ()
     cost_per_hour: Decimal | None = None
     currency: str = ""
+    preempts_own: tuple[int, ...] = ()  # the submitter's own running jobs it would preempt
 
     @property
     def binding(self) -> engine.PendingReason | None:
@@ -50,6 +51,7 @@ class Preview:
             "alternatives": [a.to_dict() for a in self.alternatives],
             "cost_per_hour": str(self.cost_per_hour) if self.cost_per_hour is not None else None,
             "currency": self.currency or None,
+            "preempts_own": list(self.preempts_own),
         }
 
 
@@ -79,6 +81,12 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
     snapshot = dataclasses.replace(snapshot, pending=(*snapshot.pending, probe))
     plan = engine.plan(snapshot)
     admission = plan.admission(PREVIEW_JOB_ID)
+    status = plan.status(PREVIEW_JOB_ID)
+    victims = {p.job_id for p in plan.preemptions if p.for_job == PREVIEW_JOB_ID}
+    victims |= set(status.preempting if status else ())
+    own = tuple(
+        sorted(r.id for r in snapshot.running if r.id in victims and r.user == probe.user)
+    )
     if admission is not None:
         cost = hourly_cost(gpu_class=admission.gpu_class, gpu_equivalents=admission.gpu_eq, at=now)
         return Preview(
@@ -89,8 +97,8 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
             estimated_start=now,
             cost_per_hour=cost.amount if cost else None,
             currency=cost.currency if cost else "",
+            preempts_own=own,
         )
-    status = plan.status(PREVIEW_JOB_ID)
     explanation = engine.explain(snapshot, PREVIEW_JOB_ID, acceptable=acceptable_for(request))
     cheapest = _cheapest_class(request, snapshot)
     cost = (
@@ -107,6 +115,7 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         alternatives=explanation.alternatives,
         cost_per_hour=cost.amount if cost else None,
         currency=cost.currency if cost else "",
+        preempts_own=own,
     )
 
 

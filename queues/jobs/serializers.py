@@ -327,6 +327,10 @@ class PreviewSerializer(serializers.Serializer):
         allow_null=True, help_text="A decimal number as text: currency per hour on gpu_class."
     )
     currency = serializers.CharField(allow_null=True)
+    preempts_own = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Ids of the submitter's own running jobs that starting it would preempt.",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field]:
         # Declared here, not as a class attribute: one named "errors" would hide the

@@ -16,13 +16,22 @@ from django.views.decorators.http import require_POST
 from portal.http import PortalRequest
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.jobs.forms import JobForm
-from queues.jobs.preview import job_alternatives, job_preview
+from queues.jobs.preview import Preview, job_alternatives, job_preview
 from queues.jobs.requests import JobRequest
-from queues.jobs.selectors import job_cost_so_far, job_for, jobs_visible_to, may_cancel
+from queues.cluster.adapter import ClusterUnreachable
+from queues.jobs.selectors import (
+    job_cost_so_far,
+    job_for,
+    job_pod_logs,
+    job_progress,
+    jobs_visible_to,
+    may_cancel,
+)
 from queues.jobs.services import JobNotCancellable, JobRejected, job_cancel, job_submit
-from queues.models import ACTIVE_JOB_STATES, Job, JobState
+from queues.models import ACTIVE_JOB_STATES, EventKind, Job, JobState
 
 PAGE_SIZE = 25
+LOG_LINES = 20
 
 
 @login_required
@@ -64,6 +73,10 @@ def job_new(request: PortalRequest) -> HttpResponse:
     source = request.GET.get("from")
     if source and source.isdigit() and (copy := job_for(request.user, int(source))):
         initial = JobRequest.of_job(copy).values()
+        # a "would start sooner" suggestion followed: the same job in its queue and class
+        for name in ("queue", "capability_class"):
+            if request.GET.get(name):
+                initial[name] = request.GET[name]
     form = JobForm(request.POST or None, user=request.user, initial=initial)
     preview = None
     if request.method == "POST" and form.is_valid():
@@ -79,7 +92,11 @@ def job_new(request: PortalRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Job {job.pk} submitted to queue {job.queue.name}.")
                 return redirect("jobs:detail", job_id=job.pk)
-    template = "jobs/_preview.html" if request.htmx and preview is not None else "jobs/new.html"
+    if request.method == "POST" and "preview" in request.POST and preview is None:
+        # the form did not read: the preview box says so and the fields say what, as on submit
+        preview = Preview(errors={name: list(e) for name, e in form.errors.items()})
+    # htmx swaps the form and its preview box, never a whole page into the box
+    template = "jobs/_form.html" if request.htmx else "jobs/new.html"
     return render(request, template, {"form": form, "preview": preview})
 
 
@@ -93,15 +110,30 @@ def _visible_job(request: PortalRequest, job_id: int) -> Job:
 @login_required
 def job_detail(request: PortalRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
+    now = timezone.now()
+    events = list(job.events.all())
     context = {
         "job": job,
-        "events": job.events.all(),
+        "events": events,
+        "starts": [e for e in events if e.kind == EventKind.STARTED],
         "may_cancel": may_cancel(request.user, job),
-        "cost": job_cost_so_far(job, now=timezone.now()),
+        "cost": job_cost_so_far(job, now=now),
+        "progress": job_progress(job, now=now),
     }
-    if request.htmx:
-        return render(request, "jobs/_status.html", context)
-    return render(request, "jobs/detail.html", context)
+    # htmx polls the whole job page while the job is live; the partial stops polling once not
+    return render(request, "jobs/_page.html" if request.htmx else "jobs/detail.html", context)
+
+
+@login_required
+def job_logs_view(request: PortalRequest, job_id: int) -> HttpResponse:
+    """The last lines of the job's pods' logs (the cluster is asked; the page loads this part
+    after itself)."""
+    job = _visible_job(request, job_id)
+    try:
+        logs, unavailable = job_pod_logs(job, tail_lines=LOG_LINES), ""
+    except ClusterUnreachable as exc:
+        logs, unavailable = [], str(exc)
+    return render(request, "jobs/_logs.html", {"logs": logs, "unavailable": unavailable})
 
 
 @login_required
