@@ -180,3 +180,28 @@ MASK = "••••••"
 def masked_env(env: dict[str, str]) -> list[tuple[str, str]]:
     """``NAME=value`` pairs to show, the values of names that look secret masked."""
     return [(name, MASK if _SECRET_NAME.search(name) else value) for name, value in env.items()]
+
+
+# A pending reason's code in a few plain words, where its full message is not shown (another
+# team's job): the codes stay API (concepts.md); these are for people.
+REASON_WORDS = {
+    "NoMatchingGpuClass": "no GPU class of the queue fits",
+    "MigProfileUnavailable": "no MIG slice of that size free",
+    "QuotaExceeded": "team quota used up",
+    "UserLimit": "per-user limit reached",
+    "InsufficientCapacity": "not enough free GPUs",
+    "ReservedCapacity": "free GPUs are reserved",
+    "Fragmentation": "free GPUs too scattered",
+    "Topology": "placement cannot be met",
+    "Unhealthy": "only unhealthy GPUs match",
+    "Maintenance": "matching GPUs in maintenance",
+    "Priority": "other jobs are ahead",
+    "ReservationWindow": "reservation not started",
+    "ClusterUnschedulable": "the cluster cannot place it",
+    "ClusterUnreachable": "cluster unreachable",
+    "NeverFits": "can never fit",
+}
+
+
+def reason_words(code: str) -> str:
+    return REASON_WORDS.get(code, code)

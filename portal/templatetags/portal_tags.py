@@ -21,6 +21,7 @@ from portal.formatting import (
     format_relative,
     format_shape,
     masked_env,
+    reason_words,
 )
 from portal.views import plotly_version
 
@@ -140,3 +141,9 @@ def shape(job: Any) -> str:
 def env_shown(env: dict[str, str] | None) -> list[tuple[str, str]]:
     """Environment variables as shown on a page: secret-looking values masked."""
     return masked_env(env or {})
+
+
+@register.filter(name="reason_words")
+def reason_words_filter(code: str) -> str:
+    """A pending reason's code in a few plain words."""
+    return reason_words(code)

@@ -76,7 +76,7 @@ def queue_pending(queue: Queue, user: User, *, limit: int = 100) -> tuple[list[Q
     teams = set(Team.objects.filter(members=user).values_list("pk", flat=True))
     pending = Job.objects.filter(queue=queue, state=JobState.PENDING)
     first = (
-        pending.select_related("team", "capability_class")
+        pending.select_related("team", "queue", "capability_class")
         .defer("command", "args", "env", "image")
         .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")[:limit]
     )
@@ -290,3 +290,47 @@ def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
         }
         for q in queues
     }
+
+
+# --- Charts' numbers -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassAvailability:
+    """One GPU class now: GPUs in service and the GPU-equivalents of them free."""
+
+    gpu_class: str
+    in_service: int
+    free: Decimal
+
+
+def class_availability(classes: list[str], live: list[QueueLive]) -> list[ClassAvailability]:
+    """Free against in-service GPUs for each of ``classes``, from the queues' live numbers (the
+    same free amounts their cards show) and the node mirror (one query)."""
+    in_service = {c.gpu_class: c.in_service for c in capacity_by_state()}
+    free: dict[str, Decimal] = {}
+    for numbers in live:
+        free.update(numbers.free)
+    return [
+        ClassAvailability(name, in_service.get(name, 0), free.get(name, Decimal(0)))
+        for name in classes
+    ]
+
+
+@dataclass(frozen=True)
+class PastWait:
+    job_id: int
+    admitted_at: datetime
+    wait: timedelta
+
+
+def queue_wait_history(queue: Queue, *, now: datetime, limit: int = 500) -> list[PastWait]:
+    """The queue's jobs admitted within the wait history window (the waits its p50 and p90
+    are taken from), oldest first; at most the last ``limit``."""
+    rows = (
+        Job.objects.admitted_recently(now)
+        .filter(queue=queue)
+        .order_by("-admitted_at")
+        .values_list("pk", "submitted_at", "admitted_at")[:limit]
+    )
+    return [PastWait(pk, admitted, admitted - submitted) for pk, submitted, admitted in rows][::-1]
