@@ -327,9 +327,7 @@ def own_usage_by_day(user: Any, *, now: datetime, days: int = OWN_USAGE_DAYS) ->
     for started, ended, devices, numerator, denominator in (
         UsageInterval.objects.filter(job__owner=user, started_at__lt=now)
         .exclude(ended_at__lte=start)
-        .values_list(
-            "started_at", "ended_at", "devices", "share_numerator", "share_denominator"
-        )
+        .values_list("started_at", "ended_at", "devices", "share_numerator", "share_denominator")
     ):
         held = devices * Fraction(numerator, denominator)
         at, end = max(started, start), min(ended or now, now)

@@ -160,7 +160,9 @@ def format_alternative(
     return text
 
 
-def format_shape(*, pods: int, per_pod: int, mig_profile: str = "", time_sliced: bool = False) -> str:
+def format_shape(
+    *, pods: int, per_pod: int, mig_profile: str = "", time_sliced: bool = False
+) -> str:
     """A job's shape in words: ``"2 pods × 8 GPUs"``, ``"1 pod × 1 1g.10gb slice"``,
     ``"1 pod × 1 time-slice of a GPU"``."""
     if mig_profile:

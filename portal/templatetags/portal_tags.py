@@ -118,11 +118,7 @@ def alternative_change(alternative: Any) -> str:
 def when(value: object, relative: bool = True) -> dict[str, object]:
     """A time stamp as ``<time>``: UTC in the markup (and on hover), local time on screen, and
     how far from now it is beside it ("in 12 min", "3 h ago")."""
-    ago = (
-        format_relative(value, timezone.now())
-        if relative and isinstance(value, datetime)
-        else ""
-    )
+    ago = format_relative(value, timezone.now()) if relative and isinstance(value, datetime) else ""
     return {"value": value, "relative": ago}
 
 

@@ -84,9 +84,7 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
     status = plan.status(PREVIEW_JOB_ID)
     victims = {p.job_id for p in plan.preemptions if p.for_job == PREVIEW_JOB_ID}
     victims |= set(status.preempting if status else ())
-    own = tuple(
-        sorted(r.id for r in snapshot.running if r.id in victims and r.user == probe.user)
-    )
+    own = tuple(sorted(r.id for r in snapshot.running if r.id in victims and r.user == probe.user))
     if admission is not None:
         cost = hourly_cost(gpu_class=admission.gpu_class, gpu_equivalents=admission.gpu_eq, at=now)
         return Preview(

@@ -1,4 +1,4 @@
-""""Would start sooner": every alternative the engine offers is a submission of the same job
+""" "Would start sooner": every alternative the engine offers is a submission of the same job
 that the portal accepts in the queue it names (queues/jobs/requests.py, every rule)."""
 
 from __future__ import annotations
