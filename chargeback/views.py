@@ -4,8 +4,8 @@ service)."""
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages

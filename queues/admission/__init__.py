@@ -43,8 +43,8 @@ from queues.admission.snapshot import (
 
 __all__ = [
     "PROBE_USER",
-    "Admission",
     "Acceptable",
+    "Admission",
     "Alternative",
     "CapabilityRequest",
     "CapacityKind",
@@ -73,8 +73,8 @@ __all__ = [
     "TopologyScope",
     "default_probe",
     "explain",
-    "keeps_the_ask",
     "gpu_eq_json",
+    "keeps_the_ask",
     "mig_profile_memory_gb",
     "parse_share",
     "plan",

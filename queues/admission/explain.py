@@ -8,6 +8,7 @@ calls it when someone opens a job.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -99,12 +100,15 @@ def explain(
                 continue
             if acceptable is not None and not acceptable(queue.name, capability):
                 continue
-            change = {
-                "preemption": queue.preemption.value,
-                "same_queue": queue.name == job.queue,
-                "same_capability": capability == job.capability,
-                "sharing": "" if queue.sharing is own_sharing else queue.sharing.value,
-            }
+            change = functools.partial(
+                Alternative,
+                queue.name,
+                capability,
+                preemption=queue.preemption.value,
+                same_queue=queue.name == job.queue,
+                same_capability=capability == job.capability,
+                sharing="" if queue.sharing is own_sharing else queue.sharing.value,
+            )
             moved = dataclasses.replace(job, queue=queue.name, capability=capability)
             trial = dataclasses.replace(
                 snapshot,
@@ -112,12 +116,12 @@ def explain(
             )
             result = plan(trial)
             if result.admission(job_id) is not None:
-                found.append(Alternative(queue.name, capability, snapshot.now, True, **change))
+                found.append(change(snapshot.now, True))
                 continue
             status = result.status(job_id)
             start = status.estimated_start.at if status else None
             if start is not None and (baseline is None or start < baseline):
-                found.append(Alternative(queue.name, capability, start, False, **change))
+                found.append(change(start, False))
     found.sort(key=lambda a: (a.starts_at, a.queue, a.capability))
     return Explanation(status=current, alternatives=tuple(found))
 

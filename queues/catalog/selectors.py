@@ -333,4 +333,8 @@ def queue_wait_history(queue: Queue, *, now: datetime, limit: int = 500) -> list
         .order_by("-admitted_at")
         .values_list("pk", "submitted_at", "admitted_at")[:limit]
     )
-    return [PastWait(pk, admitted, admitted - submitted) for pk, submitted, admitted in rows][::-1]
+    return [
+        PastWait(pk, admitted, admitted - submitted)
+        for pk, submitted, admitted in rows
+        if admitted is not None  # admitted_recently admits no other
+    ][::-1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -174,6 +174,7 @@ class Progress:
     elapsed: timedelta
     limit: timedelta
     running: bool
+    started_at: datetime
 
     @property
     def percent(self) -> int:
@@ -182,8 +183,6 @@ class Progress:
     @property
     def deadline(self) -> datetime:
         return self.started_at + self.limit
-
-    started_at: datetime = datetime.min.replace(tzinfo=UTC)
 
 
 def job_progress(job: Job, *, now: datetime) -> Progress | None:

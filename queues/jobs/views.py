@@ -15,10 +15,10 @@ from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest
 from queues.catalog.selectors import queues_visible_to, teams_of
+from queues.cluster.adapter import ClusterUnreachable
 from queues.jobs.forms import JobForm
 from queues.jobs.preview import Preview, job_alternatives, job_preview
 from queues.jobs.requests import JobRequest
-from queues.cluster.adapter import ClusterUnreachable
 from queues.jobs.selectors import (
     job_cost_so_far,
     job_for,
@@ -94,7 +94,7 @@ def job_new(request: PortalRequest) -> HttpResponse:
                 return redirect("jobs:detail", job_id=job.pk)
     if request.method == "POST" and "preview" in request.POST and preview is None:
         # the form did not read: the preview box says so and the fields say what, as on submit
-        preview = Preview(errors={name: list(e) for name, e in form.errors.items()})
+        preview = Preview(errors={name: [str(m) for m in e] for name, e in form.errors.items()})
     # htmx swaps the form and its preview box, never a whole page into the box
     template = "jobs/_form.html" if request.htmx else "jobs/new.html"
     return render(request, template, {"form": form, "preview": preview})

@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from queues.jobs.requests import job_request_errors
 from queues.management.commands.demo_load import LOAD, WAITING, demo_load_step
 from queues.management.commands.rundemo import Command as RunDemo
-from queues.jobs.requests import job_request_errors
 from queues.management.commands.seed_demo import DEMO_JOBS, demo_request
 from queues.models import Job, JobState
 
