@@ -81,7 +81,7 @@ def queue_pending(queue: Queue, user: User, *, limit: int = 100) -> tuple[list[Q
         .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")[:limit]
     )
     entries = [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in first]
-    return entries, (pending.count() if len(entries) == limit else len(entries))
+    return entries, pending.count()  # always asked: the page costs the same however many wait
 
 
 # --- The catalog's live state --------------------------------------------------------------------

@@ -8,8 +8,8 @@ must follow on their own (htmx polling)."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
