@@ -69,6 +69,9 @@ def job_list(request: PortalRequest) -> HttpResponse:
 
 @login_required
 def job_new(request: PortalRequest) -> HttpResponse:
+    if not teams_of(request.user).exists():
+        # nobody submits outside a team: say so instead of offering an empty form
+        return render(request, "jobs/no_team.html", status=200)
     initial = {}
     source = request.GET.get("from")
     if source and source.isdigit() and (copy := job_for(request.user, int(source))):

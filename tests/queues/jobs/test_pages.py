@@ -384,3 +384,13 @@ def test_a_waiting_job_page_offers_what_would_start_it_sooner(mia, example_polic
     found = {(a.queue, a.capability, a.admitted_now) for a in response.context["alternatives"]}
     assert ("batch", "any-gpu", True) in found  # batch may run it on a free L4 at once
     assert "Would start sooner" in response.content.decode()
+
+
+def test_someone_in_no_team_is_told_so_instead_of_an_empty_form(ada, outsider):
+    for user in (ada, outsider):
+        response = logged_in(user).get("/jobs/new")
+
+        html = response.content.decode()
+        assert response.templates[0].name == "jobs/no_team.html"
+        assert "you are in none, so there is nothing to submit to" in html
+        assert 'id="job-form"' not in html
