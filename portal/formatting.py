@@ -207,3 +207,16 @@ REASON_WORDS = {
 
 def reason_words(code: str) -> str:
     return REASON_WORDS.get(code, code)
+
+
+def format_free_devices(*, gpus: int, slices: dict[str, int], replicas: int, per_gpu: int) -> str:
+    """Free devices as people count them: ``"7 GPUs + 3 × 1g.10gb slices"``, ``"13
+    time-slices (4 per GPU)"``, ``"none"``."""
+    parts = []
+    if gpus:
+        parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
+    for profile, n in slices.items():
+        parts.append(f"{n} × {profile} slice{'s' if n != 1 else ''}")
+    if replicas:
+        parts.append(f"{replicas} time-slice{'s' if replicas != 1 else ''} ({per_gpu} per GPU)")
+    return " + ".join(parts) or "none"

@@ -17,6 +17,7 @@ from portal.formatting import (
     format_alternative,
     format_cpu,
     format_duration,
+    format_free_devices,
     format_memory,
     format_relative,
     format_shape,
@@ -143,3 +144,14 @@ def env_shown(env: dict[str, str] | None) -> list[tuple[str, str]]:
 def reason_words_filter(code: str) -> str:
     """A pending reason's code in a few plain words."""
     return reason_words(code)
+
+
+@register.filter
+def free_of(devices: dict[str, Any] | None, gpu_class: str) -> str:
+    """A class's free devices in words (``FreeDevices`` by class; empty when unknown)."""
+    free = (devices or {}).get(gpu_class)
+    if free is None:
+        return ""
+    return format_free_devices(
+        gpus=free.gpus, slices=free.slices, replicas=free.replicas, per_gpu=free.per_gpu
+    )

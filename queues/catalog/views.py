@@ -13,6 +13,7 @@ from portal.http import PortalRequest
 from queues.catalog import charts
 from queues.catalog.selectors import (
     class_availability,
+    free_devices,
     queue_pending,
     queue_wait_history,
     queues_live,
@@ -34,6 +35,7 @@ def catalog(request: PortalRequest) -> HttpResponse:
             "queues": [(queue, live[queue.pk]) for queue in queues],
             "my_teams": teams_of(request.user),
             "availability": availability,
+            "free_devices": free_devices(),
             "charts": [("free", json.loads(charts.free_vs_total(availability)))]
             if availability
             else [],
@@ -70,5 +72,6 @@ def queue_detail(request: PortalRequest, name: str) -> HttpResponse:
                 ("waits", json.loads(charts.wait_history(waits, queue.expected_wait_target))),
             ],
             "waits": waits,
+            "free_devices": free_devices(),
         },
     )
