@@ -71,7 +71,8 @@ def explain(
     snapshot: Snapshot, job_id: JobId, *, acceptable: Acceptable | None = None
 ) -> Explanation:
     """Re-plan ``snapshot`` with ``job_id`` moved to every other queue its team may use and every
-    capability class that queue accepts; keep those that start it sooner than now estimated.
+    capability class that queue accepts; keep those that start it sooner than now estimated, one
+    per queue (its soonest; the job's own capability class first among equals), soonest first.
 
     Only moves that keep the job as asked are tried (``keeps_the_ask``: the same kind of
     devices, on GPUs that meet every requirement of its own capability class) and, when
@@ -122,8 +123,13 @@ def explain(
             start = status.estimated_start.at if status else None
             if start is not None and (baseline is None or start < baseline):
                 found.append(change(start, False))
-    found.sort(key=lambda a: (a.starts_at, a.queue, a.capability))
-    return Explanation(status=current, alternatives=tuple(found))
+    # One per queue: its soonest, the job's own capability class first among equals (a list of
+    # every class that would also do says nothing more).
+    found.sort(key=lambda a: (a.starts_at, not a.same_capability, a.queue, a.capability))
+    best: dict[str, Alternative] = {}
+    for alternative in found:
+        best.setdefault(alternative.queue, alternative)
+    return Explanation(status=current, alternatives=tuple(best.values()))
 
 
 def keeps_the_ask(

@@ -85,6 +85,7 @@ TABLE = [
 
 
 def _assert_followable(job_request, alternatives):
+    assert len({a.queue for a in alternatives}) == len(alternatives)  # one per queue
     for alternative in alternatives:
         moved = dataclasses.replace(
             job_request,
