@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # The whole product on the embedded default: SQLite, a server-less broker under var/, the
-# simulated cluster (a demo hour passes in a minute), a Celery worker with beat, the web server.
+# simulated cluster at real speed (demo jobs last minutes, so waits, estimates and costs are
+# true), a Celery worker with beat, the web server and a load generator that keeps queues busy.
 # Each run starts from fresh demo data: the simulated cluster keeps nothing between runs, so
 # jobs a previous run left on it would only end "deleted outside the portal". (A DATABASE_URL
 # of your own is never touched.)
@@ -26,7 +27,7 @@ demo: export DEBUG ?= true
 demo: $(STAMP)
 	@if [ -z "$$DATABASE_URL" ]; then rm -f var/portal.sqlite3 var/portal.sqlite3-wal var/portal.sqlite3-shm; fi
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py apply_policy examples/policy.yaml
+	$(PY) manage.py apply_policy examples/policy.yaml --summary
 	$(PY) manage.py seed_demo --jobs
 	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 

@@ -8,6 +8,7 @@ from datetime import date
 import plotly.graph_objects as go
 
 from chargeback.capacity import CapacitySplit
+from chargeback.selectors import DailyUse
 from chargeback.statements import Line, Totals
 
 LAYOUT = {
@@ -67,4 +68,16 @@ def capacity(splits: Sequence[CapacitySplit]) -> str:
         ("outside", "used outside the portal"),
     ):
         figure.add_bar(name=label, x=classes, y=[float(getattr(s, part)) for s in splits])
+    return figure.to_json()
+
+
+def own_usage(days: Sequence[DailyUse]) -> str:
+    """A member's own GPU-hours per day."""
+    figure = go.Figure(layout={**LAYOUT, "title": "My GPU-hours per day (UTC), last 30 days"})
+    figure.add_bar(
+        name="GPU-hours",
+        x=[d.day.isoformat() for d in days],
+        y=[float(d.gpu_hours) for d in days],
+        marker_color="#2456c7",
+    )
     return figure.to_json()

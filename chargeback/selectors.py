@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -304,3 +304,36 @@ def monthly_trend(
         (m, period_report(month=m, now=now, team_ids=team_ids).totals)
         for m in months_before(month, months)
     ]
+
+
+@dataclass(frozen=True)
+class DailyUse:
+    """A member's own GPU-hours (devices × share × hours, open intervals until now) on one
+    UTC day."""
+
+    day: date
+    gpu_hours: Decimal
+
+
+OWN_USAGE_DAYS = 30
+
+
+def own_usage_by_day(user: Any, *, now: datetime, days: int = OWN_USAGE_DAYS) -> list[DailyUse]:
+    """GPU-hours of the jobs ``user`` submitted, per UTC day for the last ``days`` days (today
+    included, so far), oldest first; each usage interval split at midnight. One query."""
+    first = (now - timedelta(days=days - 1)).date()
+    start = datetime.combine(first, time(0), tzinfo=UTC)
+    totals: dict[date, Fraction] = {first + timedelta(days=i): Fraction(0) for i in range(days)}
+    for started, ended, devices, numerator, denominator in (
+        UsageInterval.objects.filter(job__owner=user, started_at__lt=now)
+        .exclude(ended_at__lte=start)
+        .values_list("started_at", "ended_at", "devices", "share_numerator", "share_denominator")
+    ):
+        held = devices * Fraction(numerator, denominator)
+        at, end = max(started, start), min(ended or now, now)
+        while at < end:
+            midnight = datetime.combine(at.date() + timedelta(days=1), time(0), tzinfo=UTC)
+            part = min(end, midnight) - at
+            totals[at.astimezone(UTC).date()] += held * Fraction(int(part.total_seconds()), 3600)
+            at = min(end, midnight)
+    return [DailyUse(day, round_hours(hours)) for day, hours in sorted(totals.items())]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from decimal import Decimal
 from typing import Any
 
 from django.contrib import messages
@@ -22,6 +23,7 @@ from chargeback.selectors import (
     forecast_by_team,
     monthly_trend,
     months_before,
+    own_usage_by_day,
     period_report,
     team_ids_visible_to,
     waste_by_team,
@@ -78,6 +80,7 @@ def report(request: HttpRequest) -> HttpResponse:
     finance = is_finance(request.user)
     splits = capacity_split(start=result.start, end=result.end, now=now) if finance else []
     trend = monthly_trend(month=month, now=now, team_ids=team_ids)
+    own = [] if finance else own_usage_by_day(request.user, now=now)
     context: dict[str, Any] = {
         "title": "Chargeback" if finance else "Usage",
         "finance": finance,
@@ -92,7 +95,10 @@ def report(request: HttpRequest) -> HttpResponse:
             ("by-team", json.loads(charts.normalized_by_team(result.lines))),
             ("trend", json.loads(charts.monthly_trend(trend))),
             *([("capacity", json.loads(charts.capacity(splits)))] if splits else []),
+            *([("mine", json.loads(charts.own_usage(own)))] if own else []),
         ],
+        "own_usage": own,
+        "own_total": sum((d.gpu_hours for d in own), Decimal(0)),
         "may_close": finance and not result.closed and result.end <= now,
     }
     return render(request, "chargeback/report.html", context)

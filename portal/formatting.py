@@ -64,3 +64,159 @@ def display(value: Any) -> str:
     if value == "":
         return '""'
     return str(value)
+
+
+# CPU as people write it: "4", "4 cores", "0.5", "500m" (millicores). Memory: "32 GiB", "32Gi",
+# "32G" (read as GiB), "512 MiB", "512Mi", or a bare number of GiB.
+_CPU = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(m|cores?|cpus?)?", re.IGNORECASE)
+_MEMORY = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(gib|gi|gb|g|mib|mi|mb|m)?", re.IGNORECASE)
+
+
+def parse_cpu_millicores(value: Any) -> int:
+    """``"4"``, ``"4 cores"``, ``"0.5"`` or ``"500m"`` → millicores (4000, 4000, 500, 500).
+    Raises ValueError with a message for people."""
+    match = _CPU.fullmatch(str(value).strip())
+    if not match:
+        raise ValueError(f"{str(value)[:40]!r} is not a CPU amount like '4' (cores) or '500m'")
+    number, unit = Decimal(match[1]), (match[2] or "").lower()
+    millicores = number if unit == "m" else number * 1000
+    if millicores != millicores.to_integral_value():
+        raise ValueError(f"{value} is finer than a millicore")
+    return int(millicores)
+
+
+def parse_memory_mib(value: Any) -> int:
+    """``"32 GiB"``, ``"32Gi"``, ``"32"`` (GiB), ``"512 MiB"`` or ``"512Mi"`` → MiB.
+    Raises ValueError with a message for people."""
+    match = _MEMORY.fullmatch(str(value).strip())
+    if not match:
+        raise ValueError(f"{str(value)[:40]!r} is not a memory amount like '32 GiB' or '512 MiB'")
+    number, unit = Decimal(match[1]), (match[2] or "gib").lower()
+    mib = number if unit.startswith("m") else number * 1024
+    if mib != mib.to_integral_value():
+        raise ValueError(f"{value} is finer than a MiB")
+    return int(mib)
+
+
+def format_cpu(millicores: int) -> str:
+    """4000 → ``"4 cores"``, 500 → ``"0.5 cores"``, 1000 → ``"1 core"``."""
+    cores = format(Decimal(millicores) / 1000, "f").rstrip("0").rstrip(".") or "0"
+    return f"{cores} core{'' if cores == '1' else 's'}"
+
+
+def format_memory(mib: int) -> str:
+    """32768 → ``"32 GiB"``, 1536 → ``"1.5 GiB"``, 500 → ``"500 MiB"``."""
+    if mib < 1024:
+        return f"{mib} MiB"
+    gib = format(Decimal(mib) / 1024, "f")
+    gib = gib.rstrip("0").rstrip(".") if "." in gib else gib
+    return f"{gib} GiB" if len(gib) <= 7 else f"{mib:,} MiB"
+
+
+def format_relative(value: datetime, now: datetime) -> str:
+    """How far ``value`` is from ``now``, as people say it: ``"in 12 min"``, ``"3 h ago"``,
+    ``"just now"``, ``"in 2 d"``."""
+    seconds = (value - now).total_seconds()
+    size = abs(seconds)
+    if size < 45:
+        return "just now" if seconds <= 0 else "in under a minute"
+    if size < 90 * 60:
+        text = f"{max(1, round(size / 60))} min"
+    elif size < 36 * 3600:
+        hours = size / 3600
+        text = f"{hours:.1f} h".replace(".0 h", " h") if hours < 10 else f"{round(hours)} h"
+    else:
+        text = f"{round(size / 86400)} d"
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+PREEMPTION_WORDS = {
+    "never": "never preempted",
+    "graceful": "graceful preemption",
+    "preemptible": "preemptible",
+}
+
+
+def format_alternative(
+    *,
+    queue: str,
+    capability: str,
+    preemption: str,
+    same_queue: bool,
+    same_capability: bool,
+    sharing: str = "",
+) -> str:
+    """What following a suggestion changes, in a sentence: ``"same job, queue batch
+    (preemptible)"``, ``"same job with capability class fp8"``."""
+    parts = []
+    if not same_queue:
+        terms = PREEMPTION_WORDS.get(preemption, preemption)
+        parts.append(f"queue {queue} ({terms})")
+    if not same_capability:
+        parts.append(f"capability class {capability}")
+    text = "same job, " + " and ".join(parts) if parts else "same job"
+    if sharing == "exclusive":
+        text += ", on whole GPUs instead of time-slices"
+    return text
+
+
+def format_shape(
+    *, pods: int, per_pod: int, mig_profile: str = "", time_sliced: bool = False
+) -> str:
+    """A job's shape in words: ``"2 pods × 8 GPUs"``, ``"1 pod × 1 1g.10gb slice"``,
+    ``"1 pod × 1 time-slice of a GPU"``."""
+    if mig_profile:
+        unit = f"{mig_profile} slice" + ("s" if per_pod != 1 else "")
+    elif time_sliced:
+        unit = "time-slice" + ("s" if per_pod != 1 else "") + " of a GPU"
+    else:
+        unit = "GPU" + ("s" if per_pod != 1 else "")
+    return f"{pods} pod{'s' if pods != 1 else ''} × {per_pod} {unit}"
+
+
+# Names of environment variables whose values are not shown back (tokens, passwords, keys).
+_SECRET_NAME = re.compile(r"(?i)(secret|token|passw|pwd|key|credential|auth|private|cert)")
+MASK = "••••••"
+
+
+def masked_env(env: dict[str, str]) -> list[tuple[str, str]]:
+    """``NAME=value`` pairs to show, the values of names that look secret masked."""
+    return [(name, MASK if _SECRET_NAME.search(name) else value) for name, value in env.items()]
+
+
+# A pending reason's code in a few plain words, where its full message is not shown (another
+# team's job): the codes stay API (concepts.md); these are for people.
+REASON_WORDS = {
+    "NoMatchingGpuClass": "no GPU class of the queue fits",
+    "MigProfileUnavailable": "no MIG slice of that size free",
+    "QuotaExceeded": "team quota used up",
+    "UserLimit": "per-user limit reached",
+    "InsufficientCapacity": "not enough free GPUs",
+    "ReservedCapacity": "free GPUs are reserved",
+    "Fragmentation": "free GPUs too scattered",
+    "Topology": "placement cannot be met",
+    "Unhealthy": "only unhealthy GPUs match",
+    "Maintenance": "matching GPUs in maintenance",
+    "Priority": "other jobs are ahead",
+    "ReservationWindow": "reservation not started",
+    "ClusterUnschedulable": "the cluster cannot place it",
+    "ClusterUnreachable": "cluster unreachable",
+    "NeverFits": "can never fit",
+}
+
+
+def reason_words(code: str) -> str:
+    return REASON_WORDS.get(code, code)
+
+
+def format_free_devices(*, gpus: int, slices: dict[str, int], replicas: int, per_gpu: int) -> str:
+    """Free devices as people count them: ``"7 GPUs + 3 × 1g.10gb slices"``, ``"13
+    time-slices (4 per GPU)"``, ``"none"``."""
+    parts = []
+    if gpus:
+        parts.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
+    for profile, n in slices.items():
+        parts.append(f"{n} × {profile} slice{'s' if n != 1 else ''}")
+    if replicas:
+        parts.append(f"{replicas} time-slice{'s' if replicas != 1 else ''} ({per_gpu} per GPU)")
+    return " + ".join(parts) or "none"

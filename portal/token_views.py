@@ -30,6 +30,8 @@ def token_list(request: PortalRequest) -> HttpResponse:
             _, new_key = ApiToken.issue(user=request.user, name=form.cleaned_data["name"])
         except IntegrityError:
             form.add_error("name", "You already have a token with this name.")
+        else:
+            form = TokenForm()  # created: the name field is empty for the next one
     tokens = ApiToken.objects.filter(user=request.user)
     return render(request, "tokens.html", {"form": form, "tokens": tokens, "new_key": new_key})
 

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django import template
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from portal.formatting import format_duration
+from portal.formatting import (
+    format_alternative,
+    format_cpu,
+    format_duration,
+    format_free_devices,
+    format_memory,
+    format_relative,
+    format_shape,
+    masked_env,
+    reason_words,
+)
 from portal.views import plotly_version
 
 register = template.Library()
@@ -34,12 +46,6 @@ def gpus(value: Decimal | int | None) -> str:
         if number != number.to_integral_value()
         else str(int(number))
     )
-
-
-@register.inclusion_tag("_time.html")
-def when(value: object) -> dict[str, object]:
-    """A time stamp as ``<time>``: UTC in the markup (and on hover), local time on screen."""
-    return {"value": value}
 
 
 # A UTC time stamp inside a text: ``2025-03-04 14:30 UTC`` (reasons, hints) or ISO 8601 in UTC
@@ -82,3 +88,70 @@ def plotly_script() -> SafeString:
     """The script tag loading plotly.js from the installed package (see ``portal.views``); not
     deferred: the charts' inline scripts call it as the page is read."""
     return format_html('<script src="{}?v={}"></script>', reverse("plotly-js"), plotly_version())
+
+
+@register.filter
+def cores(value: int | None) -> str:
+    """Millicores as cores: ``4000`` → ``4 cores``."""
+    return format_cpu(value) if value is not None else ""
+
+
+@register.filter
+def memory(value: int | None) -> str:
+    """MiB as GiB where whole: ``32768`` → ``32 GiB``."""
+    return format_memory(value) if value is not None else ""
+
+
+@register.filter
+def alternative_change(alternative: Any) -> str:
+    """What following a "would start sooner" suggestion changes."""
+    return format_alternative(
+        queue=alternative.queue,
+        capability=alternative.capability,
+        preemption=alternative.preemption,
+        same_queue=alternative.same_queue,
+        same_capability=alternative.same_capability,
+        sharing=alternative.sharing,
+    )
+
+
+@register.inclusion_tag("_time.html")
+def when(value: object, relative: bool = True) -> dict[str, object]:
+    """A time stamp as ``<time>``: UTC in the markup (and on hover), local time on screen, and
+    how far from now it is beside it ("in 12 min", "3 h ago")."""
+    ago = format_relative(value, timezone.now()) if relative and isinstance(value, datetime) else ""
+    return {"value": value, "relative": ago}
+
+
+@register.filter
+def shape(job: Any) -> str:
+    """A job's pods and devices in words: ``2 pods × 8 GPUs``."""
+    return format_shape(
+        pods=job.pods,
+        per_pod=job.gpus_per_pod,
+        mig_profile=job.mig_profile or job.capability_class.mig_profile or "",
+        time_sliced=job.queue.sharing_mode == "time-sliced",
+    )
+
+
+@register.filter
+def env_shown(env: dict[str, str] | None) -> list[tuple[str, str]]:
+    """Environment variables as shown on a page: secret-looking values masked."""
+    return masked_env(env or {})
+
+
+@register.filter(name="reason_words")
+def reason_words_filter(code: str) -> str:
+    """A pending reason's code in a few plain words."""
+    return reason_words(code)
+
+
+@register.filter
+def free_of(devices: dict[str, Any] | None, gpu_class: str) -> str:
+    """A class's free devices in words (``FreeDevices`` by class; empty when unknown)."""
+    free = (devices or {}).get(gpu_class)
+    if free is None:
+        return ""
+    return format_free_devices(
+        gpus=free.gpus, slices=free.slices, replicas=free.replicas, per_gpu=free.per_gpu
+    )

@@ -12,7 +12,7 @@ from queues.admission.capability import (
     resolve_capability,
 )
 from queues.admission.engine import plan
-from queues.admission.explain import Alternative, Explanation, explain
+from queues.admission.explain import Acceptable, Alternative, Explanation, explain, keeps_the_ask
 from queues.admission.plan import (
     Admission,
     EstimatedStart,
@@ -46,6 +46,7 @@ from queues.admission.snapshot import (
 __all__ = [
     "NO_HISTORY",
     "PROBE_USER",
+    "Acceptable",
     "Admission",
     "Alternative",
     "CapabilityRequest",
@@ -77,6 +78,7 @@ __all__ = [
     "default_probe",
     "explain",
     "gpu_eq_json",
+    "keeps_the_ask",
     "mig_profile_memory_gb",
     "parse_share",
     "plan",

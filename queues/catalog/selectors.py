@@ -76,12 +76,12 @@ def queue_pending(queue: Queue, user: User, *, limit: int = 100) -> tuple[list[Q
     teams = set(Team.objects.filter(members=user).values_list("pk", flat=True))
     pending = Job.objects.filter(queue=queue, state=JobState.PENDING)
     first = (
-        pending.select_related("team", "capability_class")
+        pending.select_related("team", "queue", "capability_class")
         .defer("command", "args", "env", "image")
         .order_by(F("position").asc(nulls_last=True), "submitted_at", "id")[:limit]
     )
     entries = [QueueEntry(j.position, j, is_admin(user) or j.team_id in teams) for j in first]
-    return entries, (pending.count() if len(entries) == limit else len(entries))
+    return entries, pending.count()  # always asked: the page costs the same however many wait
 
 
 # --- The catalog's live state --------------------------------------------------------------------
@@ -294,4 +294,122 @@ def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
             "running": counts.get((q.pk, JobState.RUNNING), 0),
         }
         for q in queues
+    }
+
+
+# --- Charts' numbers -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClassAvailability:
+    """One GPU class now: GPUs in service and the GPU-equivalents of them free."""
+
+    gpu_class: str
+    in_service: int
+    free: Decimal
+
+
+def class_availability(classes: list[str], live: list[QueueLive]) -> list[ClassAvailability]:
+    """Free against in-service GPUs for each of ``classes``, from the queues' live numbers (the
+    same free amounts their cards show) and the node mirror (one query)."""
+    in_service = {c.gpu_class: c.in_service for c in capacity_by_state()}
+    free: dict[str, Decimal] = {}
+    for numbers in live:
+        free.update(numbers.free)
+    return [
+        ClassAvailability(name, in_service.get(name, 0), free.get(name, Decimal(0)))
+        for name in classes
+    ]
+
+
+@dataclass(frozen=True)
+class PastWait:
+    job_id: int
+    admitted_at: datetime
+    wait: timedelta
+
+
+def queue_wait_history(queue: Queue, *, now: datetime, limit: int = 500) -> list[PastWait]:
+    """The queue's jobs admitted within the wait history window (the waits its p50 and p90
+    are taken from), oldest first; at most the last ``limit``."""
+    rows = (
+        Job.objects.admitted_recently(now)
+        .filter(queue=queue)
+        .order_by("-admitted_at")
+        .values_list("pk", "submitted_at", "admitted_at")[:limit]
+    )
+    return [
+        PastWait(pk, admitted, admitted - submitted)
+        for pk, submitted, admitted in rows
+        if admitted is not None  # admitted_recently admits no other
+    ][::-1]
+
+
+@dataclass(frozen=True)
+class FreeDevices:
+    """One GPU class's free devices as people count them: whole GPUs, MIG slices by profile,
+    time-slice replicas (``per_gpu`` of them make a GPU)."""
+
+    gpus: int = 0
+    slices: dict[str, int] = field(default_factory=dict)
+    replicas: int = 0
+    per_gpu: int = 1
+
+
+def free_devices() -> dict[str, FreeDevices]:
+    """Free devices per GPU class on healthy, in-service nodes, minus what pods hold (the
+    portal's and others'): the same rule as ``free_gpu_equivalents``, in devices instead of
+    GPU-equivalents. Two queries."""
+    gpus: dict[str, int] = defaultdict(int)
+    slices: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    replicas: dict[str, int] = defaultdict(int)
+    per_gpu: dict[str, int] = {}
+    sliced: set[str] = set()
+    for name, healthy, maintenance, layout, count, node_replicas, outside in Node.objects.filter(
+        gpu_class__isnull=False
+    ).values_list(
+        "gpu_class__name",
+        "healthy",
+        "maintenance",
+        "mig_layout",
+        "gpu_count",
+        "time_slice_replicas",
+        "outside_devices",
+    ):
+        gpus.setdefault(name, 0)
+        if node_replicas > 1:
+            sliced.add(name)
+            per_gpu[name] = node_replicas
+        if not healthy or maintenance:
+            continue
+        outside = outside or {}
+        if layout:
+            for profile, n in layout.items():
+                slices[name][profile] += n - int(outside.get(profile, 0))
+        elif node_replicas > 1:
+            replicas[name] += count * node_replicas - int(outside.get("gpu", 0))
+        else:
+            gpus[name] += count - int(outside.get("gpu", 0))
+    for name, profile, devices in (
+        Job.objects.holding_gpus()
+        .filter(gpu_class__isnull=False)
+        .order_by()
+        .values("gpu_class__name", "mig_profile")
+        .annotate(devices=Sum(F("gpus_per_pod") * F("pods")))
+        .values_list("gpu_class__name", "mig_profile", "devices")
+    ):
+        if profile:
+            slices[name][profile] -= devices
+        elif name in sliced:
+            replicas[name] -= devices
+        else:
+            gpus[name] -= devices
+    return {
+        name: FreeDevices(
+            gpus=max(gpus[name], 0),
+            slices={p: n for p, n in sorted(slices[name].items()) if n > 0},
+            replicas=max(replicas[name], 0),
+            per_gpu=per_gpu.get(name, 1),
+        )
+        for name in set(gpus) | set(slices) | set(replicas)
     }

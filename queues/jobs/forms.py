@@ -9,7 +9,14 @@ from django import forms
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
-from portal.formatting import format_duration, parse_duration
+from portal.formatting import (
+    format_cpu,
+    format_duration,
+    format_memory,
+    parse_cpu_millicores,
+    parse_duration,
+    parse_memory_mib,
+)
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.jobs.requests import (
     MAX_IMAGE_LENGTH,
@@ -17,7 +24,7 @@ from queues.jobs.requests import (
     NO_SUCH_NAME,
     NOT_A_WHOLE_NUMBER,
     JobRequest,
-    request_access_errors,
+    job_request_errors,
 )
 from queues.models import CapabilityClass, Queue, Team
 
@@ -36,6 +43,26 @@ class DurationField(forms.CharField):
 
     def prepare_value(self, value: Any) -> Any:
         return format_duration(value) if hasattr(value, "total_seconds") else value
+
+
+class AmountField(forms.CharField):
+    """An amount read by ``parse`` (cores or millicores; GiB or MiB) and shown by ``show``."""
+
+    def __init__(self, *, parse: Any, show: Any, **kwargs: Any) -> None:
+        self.parse, self.show = parse, show
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return self.parse(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def prepare_value(self, value: Any) -> Any:
+        return self.show(value) if isinstance(value, int) else value
 
 
 class LinesField(forms.Field):
@@ -74,6 +101,20 @@ class EnvField(forms.Field):
         return value
 
 
+class QueueFilteredSelect(forms.Select):
+    """A select whose options name the queues that allow them (``data-queues``)."""
+
+    def __init__(self, *, allowed: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.allowed = allowed
+
+    def create_option(self, name: str, value: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        option = super().create_option(name, value, *args, **kwargs)
+        if str(value) in self.allowed:
+            option["attrs"]["data-queues"] = " ".join(self.allowed[str(value)])
+        return option
+
+
 def _whole_number(**kwargs: Any) -> forms.IntegerField:
     """A number field that reads only; its bounds are the request's rules."""
     return forms.IntegerField(
@@ -108,8 +149,20 @@ class JobForm(forms.Form):
         label="GPUs per pod",
         help_text="Whole GPUs, MIG slices or time-slice replicas, as the queue shares them.",
     )
-    cpu_millicores_per_pod = _whole_number(initial=4000, label="CPU per pod (millicores)")
-    memory_mib_per_pod = _whole_number(initial=32768, label="Memory per pod (MiB)")
+    cpu_millicores_per_pod = AmountField(
+        parse=parse_cpu_millicores,
+        show=format_cpu,
+        initial=4000,
+        label="CPU per pod",
+        help_text="Cores (4, 0.5) or millicores (500m).",
+    )
+    memory_mib_per_pod = AmountField(
+        parse=parse_memory_mib,
+        show=format_memory,
+        initial=32768,
+        label="Memory per pod",
+        help_text="GiB (32 GiB, or just 32) or MiB (512 MiB).",
+    )
     declared_gpu_memory_gb = _whole_number(
         required=False,
         label="GPU memory used (GB)",
@@ -127,26 +180,74 @@ class JobForm(forms.Form):
     )
     priority = _whole_number(required=False, positive=False, help_text="Within the queue's bounds.")
 
+    # The form's sections, in order: what runs, its resources, the queue and its terms.
+    GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+        (
+            "Queue and terms",
+            (
+                "team",
+                "queue",
+                "capability_class",
+                "runtime_limit",
+                "checkpoint_interval",
+                "priority",
+            ),
+        ),
+        (
+            "Resources",
+            (
+                "pods",
+                "gpus_per_pod",
+                "cpu_millicores_per_pod",
+                "memory_mib_per_pod",
+                "declared_gpu_memory_gb",
+            ),
+        ),
+        ("What runs", ("name", "image", "command", "args", "env")),
+    )
+
+    def groups(self) -> list[tuple[str, list[forms.BoundField]]]:
+        return [(title, [self[name] for name in names]) for title, names in self.GROUPS]
+
     def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
         teams = list(teams_of(user))
-        queues = queues_visible_to(user).order_by("-priority", "name")
+        self.queues = list(queues_visible_to(user).order_by("-priority", "name"))
         self.fields["team"].widget.choices = [("", "---------")] + [(t.name, str(t)) for t in teams]
         self.fields["queue"].widget.choices = [("", "---------")] + [
-            (q.name, str(q)) for q in queues
+            (q.name, str(q)) for q in self.queues
+        ]
+        # Each capability class says which of the user's queues allow it, so the page offers
+        # only those of the chosen queue (static/portal/jobform.js).
+        allowed: dict[str, list[str]] = {}
+        for queue in self.queues:
+            for capability in queue.allowed_capability_classes.all():
+                allowed.setdefault(capability.name, []).append(queue.name)
+        self.fields["capability_class"].widget = QueueFilteredSelect(allowed=allowed)
+        self.fields["capability_class"].widget.choices = [("", "---------")] + [
+            (name, name) for name in sorted(allowed)
         ]
         if len(teams) == 1:
             self.fields["team"].initial = teams[0].name
 
     def clean(self) -> dict[str, Any]:
-        """While some field is unreadable the whole request cannot be judged, but whether the
-        user may use the team, queue and capability class can: report that at once too."""
+        """While some field is unreadable the whole request cannot be judged, but every rule on
+        the fields that were read can: report those at once too (a rule about a field already
+        in error is left out; the unreadable fields count as their defaults)."""
         data = super().clean() or {}
         named = ("team", "queue", "capability_class")
         if self.errors and all(data.get(name) for name in named):
-            request = JobRequest.of(owner=self.user, values={n: data[n] for n in named})
-            self.add_rule_errors(request_access_errors(request))
+            readable = {
+                n: v for n, v in data.items() if n not in self.errors and v not in (None, "")
+            }
+            request = JobRequest.of(owner=self.user, values=readable)
+            failed = set(self.errors)
+            for field_name, messages in job_request_errors(request).items():
+                if field_name in failed:
+                    continue
+                for message in messages:
+                    self.add_error(field_name if field_name in self.fields else None, message)
         return data
 
     def job_request(self) -> JobRequest:

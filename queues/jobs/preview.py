@@ -14,6 +14,7 @@ from django.utils import timezone
 from queues import admission as engine
 from queues.jobs.requests import JobRequest, job_request_errors, pending_cap_errors
 from queues.jobs.selectors import hourly_cost
+from queues.models import CapabilityClass, Job, JobState, Queue
 from queues.reconcile.snapshot import snapshot_build
 
 PREVIEW_JOB_ID = 0  # no stored job has id 0
@@ -34,6 +35,7 @@ class Preview:
     alternatives_untried: int = 0
     cost_per_hour: Decimal | None = None
     currency: str = ""
+    preempts_own: tuple[int, ...] = ()  # the submitter's own running jobs it would preempt
 
     @property
     def binding(self) -> engine.PendingReason | None:
@@ -52,6 +54,7 @@ class Preview:
             "alternatives_untried": self.alternatives_untried,
             "cost_per_hour": str(self.cost_per_hour) if self.cost_per_hour is not None else None,
             "currency": self.currency or None,
+            "preempts_own": list(self.preempts_own),
         }
 
 
@@ -86,6 +89,10 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
     snapshot = dataclasses.replace(snapshot, pending=(*snapshot.pending, probe))
     plan = engine.plan(snapshot)
     admission = plan.admission(PREVIEW_JOB_ID)
+    status = plan.status(PREVIEW_JOB_ID)
+    victims = {p.job_id for p in plan.preemptions if p.for_job == PREVIEW_JOB_ID}
+    victims |= set(status.preempting if status else ())
+    own = tuple(sorted(r.id for r in snapshot.running if r.id in victims and r.user == probe.user))
     if admission is not None:
         cost = hourly_cost(gpu_class=admission.gpu_class, gpu_equivalents=admission.gpu_eq, at=now)
         return Preview(
@@ -96,10 +103,13 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
             estimated_start=now,
             cost_per_hour=cost.amount if cost else None,
             currency=cost.currency if cost else "",
+            preempts_own=own,
         )
-    status = plan.status(PREVIEW_JOB_ID)
     explanation = engine.explain(
-        snapshot, PREVIEW_JOB_ID, max_trials=settings.MAX_ALTERNATIVES_TRIED
+        snapshot,
+        PREVIEW_JOB_ID,
+        acceptable=acceptable_for(request),
+        max_trials=settings.MAX_ALTERNATIVES_TRIED,
     )
     cheapest = _cheapest_class(request, snapshot)
     cost = (
@@ -117,6 +127,7 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         alternatives_untried=explanation.untried,
         cost_per_hour=cost.amount if cost else None,
         currency=cost.currency if cost else "",
+        preempts_own=own,
     )
 
 
@@ -132,12 +143,39 @@ def _cheapest_class(request: JobRequest, snapshot: engine.Snapshot) -> str:
     return matches.matches[0] if matches.matches else ""
 
 
-def job_alternatives(*, job_id: int, now: datetime | None = None) -> engine.Explanation | None:
+def job_alternatives(*, job: Job, now: datetime | None = None) -> engine.Explanation:
     """Other queues and capability classes that would start a pending job sooner (on demand:
-    each is a full plan, at most ``MAX_ALTERNATIVES_TRIED`` of them). None when the job is not
-    pending."""
+    each is a full plan, at most ``MAX_ALTERNATIVES_TRIED`` of them), each one a submission of
+    the same job the portal would accept. No alternatives when the job is not pending or
+    nothing would be sooner."""
+    if job.state != JobState.PENDING:
+        return engine.Explanation(status=None, alternatives=())
     snapshot = snapshot_build(now=now or timezone.now())
     try:
-        return engine.explain(snapshot, job_id, max_trials=settings.MAX_ALTERNATIVES_TRIED)
+        return engine.explain(
+            snapshot,
+            job.pk,
+            acceptable=acceptable_for(JobRequest.of_job(job)),
+            max_trials=settings.MAX_ALTERNATIVES_TRIED,
+        )
     except KeyError:
-        return None
+        return engine.Explanation(status=None, alternatives=())
+
+
+def acceptable_for(request: JobRequest) -> engine.Acceptable:
+    """Whether ``request`` moved to another queue and capability class keeps every request rule
+    (``job_request_errors``: access, per-job limits, runtime, sharing, what can ever fit): a
+    suggestion is only one a person can follow."""
+    queues = {q.name: q for q in Queue.objects.active()}
+    capabilities = {c.name: c for c in CapabilityClass.objects.active()}
+    cache: dict[Any, Any] = {}
+
+    def acceptable(queue: str, capability: str) -> bool:
+        if queue not in queues or capability not in capabilities:
+            return False
+        moved = dataclasses.replace(
+            request, queue=queues[queue], capability_class=capabilities[capability]
+        )
+        return not job_request_errors(moved, cache=cache)
+
+    return acceptable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -16,6 +16,7 @@ from portal.roles import is_admin
 from queues.cluster.adapter import Cluster, ClusterUnreachable, cluster_from_settings
 from queues.models import (
     Job,
+    JobState,
     RateCard,
     RateCardWeight,
     UsageInterval,
@@ -163,4 +164,40 @@ def job_cost_so_far(job: Any, *, now: datetime) -> CostSoFar | None:
         normalized_gpu_hours=round_hours(normalized),
         currency=currencies.pop(),
         running=any(i.ended_at is None for i in intervals),
+    )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How much of its runtime limit the job's current (or last) run has used."""
+
+    elapsed: timedelta
+    limit: timedelta
+    running: bool
+    started_at: datetime
+
+    @property
+    def percent(self) -> int:
+        return min(100, int(self.elapsed / self.limit * 100)) if self.limit else 100
+
+    @property
+    def deadline(self) -> datetime:
+        return self.started_at + self.limit
+
+
+def job_progress(job: Job, *, now: datetime) -> Progress | None:
+    """Elapsed time of the job's run against its runtime limit: from when it started to now
+    (running) or to when it finished; None before it started."""
+    if job.started_at is None or not job.runtime_limit:
+        return None
+    end = job.finished_at if job.finished_at and job.finished_at >= job.started_at else now
+    running = job.state == JobState.RUNNING
+    if not running and job.finished_at is None:
+        return None
+    elapsed = max(end - job.started_at, timedelta(0))
+    return Progress(
+        elapsed=timedelta(seconds=int(elapsed.total_seconds())),
+        limit=job.runtime_limit,
+        running=running,
+        started_at=job.started_at,
     )

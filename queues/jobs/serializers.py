@@ -312,6 +312,12 @@ class AlternativeSerializer(serializers.Serializer):
     capability = serializers.CharField()
     starts_at = serializers.DateTimeField()
     admitted_now = serializers.BooleanField()
+    preemption = serializers.CharField(help_text="The queue's preemption class.")
+    same_queue = serializers.BooleanField()
+    same_capability = serializers.BooleanField()
+    sharing = serializers.CharField(
+        help_text="The queue's sharing mode when it differs from the job's queue's; else empty."
+    )
 
 
 class PreviewSerializer(serializers.Serializer):
@@ -334,6 +340,10 @@ class PreviewSerializer(serializers.Serializer):
         allow_null=True, help_text="A decimal number as text: currency per hour on gpu_class."
     )
     currency = serializers.CharField(allow_null=True)
+    preempts_own = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Ids of the submitter's own running jobs that starting it would preempt.",
+    )
 
     def get_fields(self) -> dict[str, serializers.Field]:
         # Declared here, not as a class attribute: one named "errors" would hide the

@@ -15,16 +15,25 @@ from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest
 from queues.catalog.selectors import queues_visible_to, teams_of
+from queues.cluster.adapter import ClusterUnreachable
 from queues.cluster.prometheus import prometheus_from_settings
 from queues.jobs.duty import job_duty
 from queues.jobs.forms import JobForm
-from queues.jobs.preview import job_alternatives, job_preview
+from queues.jobs.preview import Preview, job_alternatives, job_preview
 from queues.jobs.requests import JobRequest
-from queues.jobs.selectors import job_cost_so_far, job_for, jobs_visible_to, may_cancel
+from queues.jobs.selectors import (
+    job_cost_so_far,
+    job_for,
+    job_pod_logs,
+    job_progress,
+    jobs_visible_to,
+    may_cancel,
+)
 from queues.jobs.services import JobNotCancellable, JobRejected, job_cancel, job_submit
-from queues.models import ACTIVE_JOB_STATES, Job, JobState
+from queues.models import ACTIVE_JOB_STATES, EventKind, Job, JobState
 
 PAGE_SIZE = 25
+LOG_LINES = 20
 
 
 @login_required
@@ -62,10 +71,17 @@ def job_list(request: PortalRequest) -> HttpResponse:
 
 @login_required
 def job_new(request: PortalRequest) -> HttpResponse:
+    if not teams_of(request.user).exists():
+        # nobody submits outside a team: say so instead of offering an empty form
+        return render(request, "jobs/no_team.html", status=200)
     initial = {}
     source = request.GET.get("from")
     if source and source.isdigit() and (copy := job_for(request.user, int(source))):
         initial = JobRequest.of_job(copy).values()
+        # a "would start sooner" suggestion followed: the same job in its queue and class
+        for name in ("queue", "capability_class"):
+            if request.GET.get(name):
+                initial[name] = request.GET[name]
     form = JobForm(request.POST or None, user=request.user, initial=initial)
     preview = None
     if request.method == "POST" and form.is_valid():
@@ -81,7 +97,11 @@ def job_new(request: PortalRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Job {job.pk} submitted to queue {job.queue.name}.")
                 return redirect("jobs:detail", job_id=job.pk)
-    template = "jobs/_preview.html" if request.htmx and preview is not None else "jobs/new.html"
+    if request.method == "POST" and "preview" in request.POST and preview is None:
+        # the form did not read: the preview box says so and the fields say what, as on submit
+        preview = Preview(errors={name: [str(m) for m in e] for name, e in form.errors.items()})
+    # htmx swaps the form and its preview box, never a whole page into the box
+    template = "jobs/_form.html" if request.htmx else "jobs/new.html"
     return render(request, template, {"form": form, "preview": preview})
 
 
@@ -95,17 +115,34 @@ def _visible_job(request: PortalRequest, job_id: int) -> Job:
 @login_required
 def job_detail(request: PortalRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
+    now = timezone.now()
+    events = list(job.events.all())
     context = {
         "job": job,
-        "events": job.events.all(),
+        "events": events,
+        "starts": [e for e in events if e.kind == EventKind.STARTED],
         "may_cancel": may_cancel(request.user, job),
-        "cost": job_cost_so_far(job, now=timezone.now()),
+        "cost": job_cost_so_far(job, now=now),
+        "progress": job_progress(job, now=now),
     }
+    # htmx polls the whole job page while the job is live; the partial stops polling once not
     if request.htmx:
-        return render(request, "jobs/_status.html", context)
-    # Prometheus is asked on the page's load only, not on each live refresh of its status.
-    context["duty"] = job_duty(prometheus_from_settings(), job_id=job.pk, now=timezone.now())
+        return render(request, "jobs/_page.html", context)
+    # Prometheus is asked on the page's load only, not on each live refresh.
+    context["duty"] = job_duty(prometheus_from_settings(), job_id=job.pk, now=now)
     return render(request, "jobs/detail.html", context)
+
+
+@login_required
+def job_logs_view(request: PortalRequest, job_id: int) -> HttpResponse:
+    """The last lines of the job's pods' logs (the cluster is asked; the page loads this part
+    after itself)."""
+    job = _visible_job(request, job_id)
+    try:
+        logs, unavailable = job_pod_logs(job, tail_lines=LOG_LINES), ""
+    except ClusterUnreachable as exc:
+        logs, unavailable = [], str(exc)
+    return render(request, "jobs/_logs.html", {"logs": logs, "unavailable": unavailable})
 
 
 @login_required
@@ -113,15 +150,11 @@ def job_alternatives_view(request: PortalRequest, job_id: int) -> HttpResponse:
     """What would start a waiting job sooner: each what-if is a full plan, so the job page
     loads this part after itself instead of waiting for it."""
     job = _visible_job(request, job_id)
-    explanation = job_alternatives(job_id=job.pk) if job.state == JobState.PENDING else None
+    explanation = job_alternatives(job=job)
     return render(
         request,
         "jobs/_alternatives.html",
-        {
-            "job": job,
-            "alternatives": explanation.alternatives if explanation else (),
-            "untried": explanation.untried if explanation else 0,
-        },
+        {"job": job, "alternatives": explanation.alternatives, "untried": explanation.untried},
     )
 
 

@@ -10,6 +10,13 @@
       });
     });
   }
-  document.addEventListener("DOMContentLoaded", function () { localize(document); });
+  function nameZone() {
+    var zone = document.getElementById("time-zone");
+    try {
+      var name = Intl.DateTimeFormat().resolvedOptions().timeZone;
+      if (zone && name) zone.textContent = "your time zone, " + name.replace(/_/g, " ");
+    } catch (e) { /* keep UTC */ }
+  }
+  document.addEventListener("DOMContentLoaded", function () { nameZone(); localize(document); });
   document.addEventListener("htmx:afterSwap", function (e) { localize(e.target); });
 })();

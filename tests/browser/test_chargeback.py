@@ -90,6 +90,7 @@ def test_a_member_sees_usage_of_their_teams_only(page, log_in, screenshot, demo_
     page.set_viewport_size({"width": 390, "height": 844})
     log_in(demo_member)
 
+    page.get_by_role("button", name="Menu").click()  # the navigation folds at phone width
     page.get_by_role("link", name="Usage").click()
     expect(page.get_by_role("heading", name="Usage", exact=False).first).to_be_visible()
     expect(page.locator("table.statement").first).to_contain_text("vision")

@@ -91,6 +91,8 @@ def test_a_member_creates_a_token_sees_its_key_once_and_revokes_it(client, mia, 
     key = created.context["new_key"]
     assert key.startswith("gpt_")
     assert key in created.content.decode()
+    assert 'data-testid="copy-key"' in created.content.decode()
+    assert created.context["form"]["name"].value() is None  # cleared for the next token
     assert key not in client.get("/tokens/").content.decode()
     api.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     assert api.get("/api/queues/").status_code == 200

@@ -24,8 +24,19 @@ class Command(BaseCommand):
             action="store_true",
             help="remove objects the file does not name (deactivate those still referenced)",
         )
+        parser.add_argument(
+            "--summary", action="store_true", help="print one line instead of every change"
+        )
 
-    def handle(self, *args: Any, file: Path, dry_run: bool, prune: bool, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        file: Path,
+        dry_run: bool,
+        prune: bool,
+        summary: bool = False,
+        **options: Any,
+    ) -> None:
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
@@ -39,4 +50,12 @@ class Command(BaseCommand):
                 f"{file} was rejected, nothing was written "
                 f"({len(exc.problems)} problem(s)):\n{lines}"
             ) from exc
+        if summary:
+            changes = len(report.changes)
+            self.stdout.write(
+                f"{file}: {changes} change(s){' (dry run)' if dry_run else ''}"
+                if report.changed
+                else f"{file}: no changes"
+            )
+            return
         self.stdout.write(report.render())

@@ -1,7 +1,8 @@
 """``manage.py rundemo``: the whole product on one machine until Ctrl-C.
 
-Starts the simulated cluster, a Celery worker with beat (which reconciles every few seconds)
-and the web server; stops all of them on Ctrl-C or when one of them dies.
+Starts the simulated cluster (at real speed), a Celery worker with beat (which reconciles every
+few seconds), the web server and a load generator that keeps the queues busy
+(``demo_load``); stops all of them on Ctrl-C or when one of them dies.
 """
 
 from __future__ import annotations
@@ -25,11 +26,26 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--addr", default="127.0.0.1:8000", help="web server address")
         parser.add_argument("--nodes", default="examples/cluster.yaml", help="cluster file")
-        parser.add_argument("--speed", type=float, default=60.0, help="simulated s per real s")
+        # Real speed: the portal's clock, estimates, runtime limits and costs are real time, so
+        # the cluster's must be too (the demo's jobs are minutes long instead).
+        parser.add_argument("--speed", type=float, default=1.0, help="simulated s per real s")
+        parser.add_argument(
+            "--load-interval",
+            type=float,
+            default=20.0,
+            help="seconds between the load generator's rounds (0: no load generator)",
+        )
         parser.add_argument("--sim-port", type=int, default=0, help="simulated cluster port")
 
     def handle(
-        self, *args: Any, addr: str, nodes: str, speed: float, sim_port: int, **options: Any
+        self,
+        *args: Any,
+        addr: str,
+        nodes: str,
+        speed: float,
+        sim_port: int,
+        load_interval: float,
+        **options: Any,
     ) -> None:
         python = sys.executable
         kubeconfig = Path(settings.CLUSTER_KUBECONFIG)
@@ -85,6 +101,11 @@ class Command(BaseCommand):
             server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
             web_env["PROMETHEUS_URL"] = f"{server.rstrip('/')}/prometheus"
         start("web", [python, "manage.py", "runserver", "--noreload", addr], env=web_env)
+        if load_interval > 0:
+            start(
+                "load generator",
+                [python, "manage.py", "demo_load", "--interval", str(load_interval)],
+            )
         self.stdout.write(f"GPU Portal on http://{addr}/ — Ctrl-C stops everything")
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:

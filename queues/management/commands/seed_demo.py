@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -19,18 +20,53 @@ DEMO_PASSWORD = "demo-portal"
 DEMO_MEMBER = "mia"
 
 
-# (user, team, queue, capability class, pods, GPUs per pod, simulated minutes, extra fields)
+# The demo runs at real speed: every job's runtime limit is a few minutes and its pods run for
+# part of it (the simulated cluster's SIM_DURATION_SECONDS), so waits, estimates, runtime limits
+# and costs on the pages are all real time. (user, team, queue, capability class, pods, GPUs per
+# pod, runtime limit in minutes, extra fields)
 DEMO_JOBS: list[tuple[str, str, str, str, int, int, int, dict[str, Any]]] = [
-    ("mia", "vision", "interactive", "any-gpu", 1, 1, 45, {"declared_gpu_memory_gb": 8}),
-    ("mia", "nlp", "training", "bf16-large", 2, 8, 180, {}),
-    ("mia", "vision", "interactive-mig", "mig-1g.10gb", 1, 1, 60, {}),
-    ("noah", "nlp", "batch", "min-40gb", 1, 8, 120, {}),
-    ("victor", "vision", "training", "fp8", 2, 8, 240, {}),
-    ("rita", "research", "batch", "bf16-large", 1, 8, 300, {}),
-    ("raj", "research", "batch", "bf16-large", 1, 8, 300, {}),
-    ("sara", "search", "inference", "inference-16gb", 1, 4, 600, {}),
-    ("sam", "speech", "batch", "inference-16gb", 1, 4, 90, {}),
+    ("mia", "vision", "interactive", "any-gpu", 1, 1, 12, {"declared_gpu_memory_gb": 8}),
+    ("mia", "nlp", "training", "bf16-large", 2, 8, 15, {}),
+    ("mia", "vision", "interactive-mig", "mig-1g.10gb", 1, 1, 10, {}),
+    ("noah", "nlp", "batch", "min-40gb", 1, 8, 12, {}),
+    ("victor", "vision", "training", "fp8", 2, 8, 20, {}),
+    ("rita", "research", "batch", "bf16-large", 1, 8, 25, {}),
+    ("raj", "research", "batch", "bf16-large", 1, 8, 25, {}),
+    ("sara", "search", "inference", "inference-16gb", 1, 4, 60, {}),
+    ("sam", "speech", "batch", "inference-16gb", 1, 4, 8, {}),
 ]
+# Of its runtime limit, the share a demo job's pods run (it ends before the limit, as real jobs do).
+RUN_SHARE = 0.8
+
+
+def demo_request(
+    *,
+    user: Any,
+    team: str,
+    queue: str,
+    capability: str,
+    pods: int,
+    gpus: int,
+    minutes: int,
+    run_seconds: int,
+    extra: dict[str, Any],
+) -> JobRequest:
+    """A demo job: its runtime limit ``minutes``, its pods running ``run_seconds`` (real)."""
+    return JobRequest(
+        owner=user,
+        team=Team.objects.get(name=team),
+        queue=Queue.objects.get(name=queue),
+        capability_class=CapabilityClass.objects.get(name=capability),
+        image="nvcr.io/nvidia/pytorch:24.05-py3",
+        command=["python", "train.py"],
+        pods=pods,
+        gpus_per_pod=gpus,
+        runtime_limit=timedelta(minutes=minutes),
+        # Simulation only: how long the simulated cluster runs the pods.
+        env={"SIM_DURATION_SECONDS": str(run_seconds)},
+        name=f"{queue}-{capability}",
+        **extra,
+    )
 
 
 class Command(BaseCommand):
@@ -67,27 +103,26 @@ class Command(BaseCommand):
         teams = ", ".join(Team.objects.filter(members=member).values_list("name", flat=True))
         self.stdout.write(
             f"Demo logins (password for all: {DEMO_PASSWORD}):\n"
-            f"  member   {DEMO_MEMBER:<6} (teams: {teams})\n"
-            "  finance  fiona\n"
-            "  admin    ada    (lands on /manage/; the Django admin at /admin/)"
+            f"  member   {DEMO_MEMBER:<6} submits and watches jobs, sees queues and her teams' "
+            f"usage (teams: {teams})\n"
+            "  finance  fiona  chargeback statements, CSV export, closing a month\n"
+            "  admin    ada    quotas, reservations, maintenance, quota requests "
+            "(lands on /manage/; the Django admin at /admin/)"
         )
 
     def submit_demo_jobs(self) -> None:
         users = get_user_model().objects
         for username, team, queue, capability, pods, gpus, minutes, extra in DEMO_JOBS:
-            request = JobRequest(
-                owner=users.get(username=username),
-                team=Team.objects.get(name=team),
-                queue=Queue.objects.get(name=queue),
-                capability_class=CapabilityClass.objects.get(name=capability),
-                image="nvcr.io/nvidia/pytorch:24.05-py3",
-                command=["python", "train.py"],
+            request = demo_request(
+                user=users.get(username=username),
+                team=team,
+                queue=queue,
+                capability=capability,
                 pods=pods,
-                gpus_per_pod=gpus,
-                # Simulation only: how long the simulated cluster runs the pods.
-                env={"SIM_DURATION_SECONDS": str(minutes * 60)},
-                name=f"{queue}-{capability}",
-                **extra,
+                gpus=gpus,
+                minutes=minutes,
+                run_seconds=int(minutes * 60 * RUN_SHARE),
+                extra=extra,
             )
             job_submit(request=request)
         self.stdout.write(f"submitted {len(DEMO_JOBS)} demo jobs")

@@ -436,4 +436,5 @@ class TestLiveState:
         assert "secret-speech-run" not in html
         assert "registry.example/secret" not in html
         assert "team speech: l4 quota 4/4 in use" not in html
-        assert '<span class="code">QuotaExceeded</span>' in html
+        # another team's reason in plain words, its code small beside it
+        assert 'team quota used up <small class="code">QuotaExceeded</small>' in html

@@ -19,8 +19,8 @@ FORM = {
     "capability_class": "bf16-large",
     "pods": "1",
     "gpus_per_pod": "4",
-    "cpu_millicores_per_pod": "4000",
-    "memory_mib_per_pod": "32768",
+    "cpu_millicores_per_pod": "4",
+    "memory_mib_per_pod": "32 GiB",
     "runtime_limit": "6h",
     "image": "registry.example/train:1",
     "command": "python\ntrain.py",
@@ -109,8 +109,80 @@ def test_preview_says_it_would_start_now_with_its_cost_and_stores_nothing(a100, 
 def test_preview_as_an_htmx_partial(a100, mia):
     response = logged_in(mia).post("/jobs/new", {**FORM, "preview": "1"}, HTTP_HX_REQUEST="true")
 
-    assert response.templates[0].name == "jobs/_preview.html"
-    assert b'id="preview"' in response.content
+    html = response.content.decode()
+    assert response.templates[0].name == "jobs/_form.html"
+    assert 'id="preview"' in html
+    assert "<header" not in html and "<footer" not in html  # never a page inside the box
+
+
+def test_an_htmx_preview_with_a_bad_field_marks_it_as_submit_does(a100, mia):
+    bad = {
+        **FORM,
+        "pods": "two",
+        "runtime_limit": "5h",
+        "queue": "interactive",
+        "capability_class": "any-gpu",
+        "gpus_per_pod": "1",
+    }
+    client = logged_in(mia)
+
+    preview = client.post("/jobs/new", {**bad, "preview": "1"}, HTTP_HX_REQUEST="true")
+    submitted = client.post("/jobs/new", bad)
+
+    assert (
+        preview.context["form"].errors
+        == submitted.context["form"].errors
+        == {
+            "pods": ["must be a whole number"],
+            # every error at once: the queue's terms are judged although pods is unreadable
+            "runtime_limit": ["5h is over queue interactive's maximum of 4h"],
+            "declared_gpu_memory_gb": [
+                "time-sliced GPUs share their memory: declare how much your job uses"
+            ],
+        }
+    )
+    html = preview.content.decode()
+    assert "<header" not in html
+    assert "Nothing was submitted: fix the fields marked above." in html
+    assert '<p class="error" data-field="runtime_limit">5h is over queue interactive' in html
+    assert Job.objects.count() == 0
+
+
+def test_a_preview_breaking_a_rule_marks_the_field(a100, mia):
+    response = logged_in(mia).post(
+        "/jobs/new",
+        {**FORM, "runtime_limit": "8d", "preview": "1"},
+        HTTP_HX_REQUEST="true",
+    )
+
+    html = response.content.decode()
+    assert '<p class="error" data-field="runtime_limit">8d is over queue training' in html
+    assert "Nothing was submitted: fix the field marked above." in html
+
+
+def test_cpu_and_memory_are_read_in_cores_and_gib_or_millicores_and_mib(a100, mia):
+    client = logged_in(mia)
+    client.post(
+        "/jobs/new", {**FORM, "cpu_millicores_per_pod": "2.5", "memory_mib_per_pod": "16GiB"}
+    )
+    client.post(
+        "/jobs/new", {**FORM, "cpu_millicores_per_pod": "500m", "memory_mib_per_pod": "1536 MiB"}
+    )
+
+    assert list(
+        Job.objects.order_by("pk").values_list("cpu_millicores_per_pod", "memory_mib_per_pod")
+    ) == [(2500, 16384), (500, 1536)]
+    page = client.get(f"/jobs/{Job.objects.order_by('pk').first().pk}/").content.decode()
+    assert "2.5 cores" in page and "16 GiB" in page
+
+
+def test_environment_variables_are_shown_with_secret_looking_values_masked(a100, mia):
+    client = logged_in(mia)
+    client.post("/jobs/new", {**FORM, "env": "WANDB_MODE=offline\nWANDB_API_KEY=abc123"})
+
+    page = client.get(f"/jobs/{Job.objects.get().pk}/").content.decode()
+    assert "WANDB_MODE=offline" in page
+    assert "WANDB_API_KEY=••••••" in page and "abc123" not in page
 
 
 def test_my_jobs_are_listed_and_filtered(mia, example_policy):
@@ -203,13 +275,44 @@ def test_times_inside_reasons_and_the_timeline_are_shown_in_the_viewers_zone(mia
     )
 
 
-def test_the_live_part_is_a_small_partial(mia):
+def test_the_whole_job_page_follows_the_job_and_stops_when_it_ended(mia):
     job = submit(mia)
+    client = logged_in(mia)
 
-    response = logged_in(mia).get(f"/jobs/{job.pk}/", HTTP_HX_REQUEST="true")
+    live = client.get(f"/jobs/{job.pk}/", HTTP_HX_REQUEST="true").content.decode()
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)
+    ended = client.get(f"/jobs/{job.pk}/", HTTP_HX_REQUEST="true").content.decode()
 
-    assert response.templates[0].name == "jobs/_status.html"
-    assert b"<html" not in response.content
+    assert "<html" not in live and "<header" not in live
+    assert f'hx-get="/jobs/{job.pk}/" hx-trigger="every 3s"' in live
+    assert 'data-testid="cancel"' in live and 'id="alternatives"' in live
+    # ended: no more polling, no cancel button, no suggestions
+    assert "hx-trigger" not in ended.split('id="logs"')[0]
+    assert 'data-testid="cancel"' not in ended and 'id="alternatives"' not in ended
+
+
+def test_each_start_of_a_requeued_job_is_shown_and_elapsed_time_against_its_limit(mia):
+    from datetime import UTC, datetime
+
+    from queues.models import EventKind, JobEvent
+
+    job = submit(mia, runtime_limit=timedelta(hours=4))
+    first = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
+    second = datetime(2026, 12, 3, 9, 30, tzinfo=UTC)
+    for at in (first, second):
+        JobEvent.objects.create(job=job, at=at, kind=EventKind.STARTED, message="running")
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.SUCCEEDED,
+        started_at=second,
+        finished_at=second + timedelta(hours=1),
+        attempts=1,
+    )
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    assert 'attempt 1: <time datetime="2026-12-03T08:00:00+00:00">' in html
+    assert 'attempt 2: <time datetime="2026-12-03T09:30:00+00:00">' in html
+    assert '<p data-testid="progress">1h of 4h (25 %)</p>' in html
 
 
 def test_other_teams_jobs_are_not_found(mia, example_policy):
@@ -304,3 +407,13 @@ def test_a_waiting_job_shows_its_likely_start_its_interval_and_the_latest(mia):
         '<time datetime="2026-12-03T14:40:00Z">2026-12-03 14:40 UTC</time>), at the latest '
         '<time datetime="2026-12-03T15:30:00Z">2026-12-03 15:30 UTC</time>'
     )
+
+
+def test_someone_in_no_team_is_told_so_instead_of_an_empty_form(ada, outsider):
+    for user in (ada, outsider):
+        response = logged_in(user).get("/jobs/new")
+
+        html = response.content.decode()
+        assert response.templates[0].name == "jobs/no_team.html"
+        assert "you are in none, so there is nothing to submit to" in html
+        assert 'id="job-form"' not in html

@@ -1,0 +1,83 @@
+"""The demo tells the truth: real-speed jobs whose pods end within their runtime limits, and a
+load generator that keeps queues waiting through the same service as the form."""
+
+from __future__ import annotations
+
+import random
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from queues.jobs.requests import job_request_errors
+from queues.management.commands.demo_load import LOAD, WAITING, demo_load_step
+from queues.management.commands.rundemo import Command as RunDemo
+from queues.management.commands.seed_demo import DEMO_JOBS, demo_request
+from queues.models import Job, JobState
+
+pytestmark = pytest.mark.django_db
+
+
+def _run_seconds(job: Job) -> int:
+    return int(job.env["SIM_DURATION_SECONDS"])
+
+
+def test_seeded_jobs_run_minutes_and_end_before_their_limits(example_policy):
+    out = StringIO()
+    call_command("seed_demo", "--jobs", stdout=out)
+
+    jobs = list(Job.objects.all())
+    assert len(jobs) == len(DEMO_JOBS)
+    for job in jobs:
+        assert job.runtime_limit.total_seconds() <= 3600
+        assert 0 < _run_seconds(job) < job.runtime_limit.total_seconds()
+    logins = out.getvalue()
+    assert "usable password" not in logins
+    assert "finance  fiona  chargeback statements" in logins
+
+
+def test_the_load_generator_tops_each_queue_up_and_then_waits(example_policy):
+    rng = random.Random(7)
+
+    first = demo_load_step(rng=rng)
+
+    assert sorted(j.queue.name for j in first) == sorted(WAITING)
+    for job in first:
+        assert job.state == JobState.PENDING
+        assert 0 < _run_seconds(job) < job.runtime_limit.total_seconds() <= 20 * 60
+    for _ in range(5):
+        demo_load_step(rng=rng)
+    counts = {q: Job.objects.filter(queue__name=q, state="pending").count() for q in WAITING}
+    assert counts == WAITING  # nothing runs here (no reconcile): topped up to, never beyond
+
+
+@pytest.mark.parametrize("template", LOAD, ids=lambda t: f"{t[2]}-{t[3]}")
+def test_every_load_template_is_a_request_the_portal_accepts(example_policy, template):
+    user, team, queue, capability, pods, gpus, minutes, extra = template
+    request = demo_request(
+        user=get_user_model().objects.get(username=user),
+        team=team,
+        queue=queue,
+        capability=capability,
+        pods=pods,
+        gpus=gpus,
+        minutes=minutes,
+        run_seconds=minutes * 30,
+        extra=extra,
+    )
+
+    assert job_request_errors(request) == {}
+
+
+def test_the_demo_runs_at_real_speed_with_a_load_generator():
+    parser = RunDemo().create_parser("manage.py", "rundemo")
+    options = parser.parse_args([])
+    assert (options.speed, options.load_interval) == (1.0, 20.0)
+
+
+def test_apply_policy_summary_is_one_line(db):
+    out = StringIO()
+    call_command("apply_policy", "examples/policy.yaml", "--summary", stdout=out)
+    assert out.getvalue().strip().startswith("examples/policy.yaml: ")
+    assert "\n" not in out.getvalue().strip()
