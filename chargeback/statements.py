@@ -12,6 +12,7 @@ is rounded once (``round_hours``, ``round_money``: half up); totals are sums of 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,14 +192,15 @@ def exact_sums(
     pieces = _Pieces.of(start=start, end=end, team_ids=teams)
     columns = _key_columns(group_by)
     keys = list(dict.fromkeys(columns.values()))
-    restrict = {
-        "teams": None if teams is None else len(teams),
-        "jobs": None if jobs is None else len(jobs),
-        "states": None if job_states is None else len(job_states),
-    }
-    vendor = connection.vendor
-    sql = statement_sql(vendor=vendor, keys=keys, pieces=len(pieces.edges) - 1, **restrict)
-    open_sql = statement_sql(vendor=vendor, keys=keys, still_open=True, **restrict)
+    restrict = functools.partial(
+        statement_sql,
+        vendor=connection.vendor,
+        keys=keys,
+        teams=None if teams is None else len(teams),
+        jobs=None if jobs is None else len(jobs),
+        states=None if job_states is None else len(job_states),
+    )
+    sql, open_sql = restrict(pieces=len(pieces.edges) - 1), restrict(still_open=True)
     params: dict[str, Any] = {"ws": _db_time(start), "we": _db_time(end), "now": _db_time(now)}
     params.update({f"c{n}": _db_time(cut) for n, cut in enumerate(pieces.edges[1:-1])})
     params.update({f"team_{n}": team for n, team in enumerate(teams or [])})
@@ -228,7 +230,7 @@ def exact_sums(
                 continue
             card_id = pieces.cards[piece]
             card = cards.get(card_id) if card_id is not None else None
-            weight = weights.get((card_id, class_id)) if card is not None else None
+            weight = weights.get((card.pk, class_id)) if card is not None else None
             currency = card.currency if card is not None and weight is not None else ""
             dims = []
             for g in group_by:
