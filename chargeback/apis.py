@@ -226,6 +226,8 @@ class ChargebackView(APIView):
         return response
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        if not force and request.query_params.get("format", "json") not in ("json", "csv"):
+            raise ValidationError({"format": ["expected json or csv"]})
         try:
             return super().perform_content_negotiation(request, force)
         except Http404 as exc:  # an unknown ?format= is a bad parameter, not a missing page

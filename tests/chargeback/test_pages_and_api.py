@@ -112,6 +112,7 @@ def test_the_api_groups_any_range(november, fiona, api_as):
         ({"start": "2026-11-01", "end": "2099-12-01"}, "end"),
         ({"start": ""}, "start"),
         ({"period": ""}, "period"),
+        ({"format": ""}, "format"),
         ({"start": "2026-11-01", "end": ""}, "end"),
     ],
 )
