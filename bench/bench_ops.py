@@ -344,6 +344,11 @@ def main() -> None:
         pages = [
             ("/ops/", "dashboard, as an admin", {"Cookie": f"sessionid={session}"}),
             (
+                "/ops/last-day",
+                "its last 24 hours (loaded after it)",
+                {"Cookie": f"sessionid={session}"},
+            ),
+            (
                 "/metrics",
                 "Prometheus exposition, bearer token",
                 {"Authorization": f"Bearer {TOKEN}"},

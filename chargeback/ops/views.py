@@ -41,8 +41,7 @@ from queues.operations.access import audit_reader_required
 # How far back each part of the page looks.
 DAYS = 30  # capacity, allocation and SLO by day
 HOURS = 48  # allocation, pending reasons and fragmentation by hour
-RECENT = timedelta(days=7)  # waste
-EXACT = timedelta(hours=24)  # the exact capacity split (chargeback's rule) and the duty cycle
+LAST_DAY = timedelta(hours=24)  # the exact capacity split, waste and the duty cycle
 
 
 @audit_reader_required
@@ -60,24 +59,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     pending_series = pending_over_time(start=hourly_start, end=now, bucket="hour")
     fragmentation = fragmentation_over_time(start=hourly_start, end=now)
     waits = queue_waits(since=day_start.date())
-    waste = waste_by_team(start=now - RECENT, end=now, now=now, team_ids=None)
     uses, standings = team_usage(now=now)
     nodes, node_page = node_table(page=request.GET.get("nodes"))
-    duty: dict[str, Any] = {"configured": False}
-    prometheus = prometheus_from_settings()
-    if prometheus is not None:
-        try:
-            lines = duty_lines(prometheus, start=now - EXACT, end=now)
-        except PrometheusUnavailable as exc:
-            duty = {"configured": True, "error": str(exc)}
-        else:
-            duty = {
-                "configured": True,
-                "teams": duty_by(lines, "team"),
-                "queues": duty_by(lines, "queue"),
-                "jobs": sorted(lines, key=lambda x: (-x.idle_gpu_hours, x.job_id))[:20],
-                "shared": any(x.shared for x in lines),
-            }
     figures = [
         ("capacity-now", charts.capacity_now(samples)),
         ("capacity-days", charts.capacity_over_time(by_day)),
@@ -89,35 +72,65 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         ("pending-hours", charts.pending_over_time(pending_series)),
         ("fragmentation-now", charts.fragmentation_now(samples)),
         ("fragmentation-hours", charts.fragmentation_over_time(fragmentation)),
-        ("waste", charts.waste(waste)),
         ("team-usage", charts.team_usage(uses)),
     ]
-    if duty.get("teams") is not None:
-        figures.append(("duty", charts.duty(duty["teams"])))
     context = {
         "now": now,
         "minute": minute,
         "status": cluster_status(),
         "states": [(s, STATE_LABELS[s]) for s in STATES],
         "samples": samples,
-        "exact": capacity_split(start=now - EXACT, end=now, now=now),
         "by_day": by_day,
         "pending": pending,
         "waiters": longest_waiters(now=now),
         "waits": waits,
-        "waste": waste,
         "uses": uses,
         "standings": standings,
         "half_life": usage_half_life(),
         "nodes": nodes,
         "node_page": node_page,
         "node_states": node_states(),
-        "duty": duty,
         "days": DAYS,
         "hours": HOURS,
         "charts": figures,
     }
     return render(request, "ops/dashboard.html", context)
+
+
+@audit_reader_required
+@require_GET
+def last_day(request: HttpRequest) -> HttpResponse:
+    """The dashboard's part over the last 24 hours that reads usage intervals and asks
+    Prometheus: chargeback's exact capacity split and waste, and the GPU duty cycle. The page
+    loads it after itself (htmx), so neither a month of usage nor a slow Prometheus holds up
+    the rest."""
+    now = timezone.now()
+    waste = waste_by_team(start=now - LAST_DAY, end=now, now=now, team_ids=None)
+    duty: dict[str, Any] = {"configured": False}
+    prometheus = prometheus_from_settings()
+    if prometheus is not None:
+        try:
+            lines = duty_lines(prometheus, start=now - LAST_DAY, end=now)
+        except PrometheusUnavailable as exc:
+            duty = {"configured": True, "error": str(exc)}
+        else:
+            duty = {
+                "configured": True,
+                "teams": duty_by(lines, "team"),
+                "queues": duty_by(lines, "queue"),
+                "jobs": sorted(lines, key=lambda x: (-x.idle_gpu_hours, x.job_id))[:20],
+                "shared": any(x.shared for x in lines),
+            }
+    figures = [("waste", charts.waste(waste))]
+    if duty.get("teams") is not None:
+        figures.append(("duty", charts.duty(duty["teams"])))
+    context = {
+        "exact": capacity_split(start=now - LAST_DAY, end=now, now=now),
+        "waste": waste,
+        "duty": duty,
+        "charts": figures,
+    }
+    return render(request, "ops/_last_day.html", context)
 
 
 def _authorized(request: HttpRequest) -> bool:

@@ -111,9 +111,9 @@ def test_the_panel_says_when_prometheus_is_not_configured_or_unreachable(example
     client.force_login(ada)
 
     with override_settings(PROMETHEUS_URL=""):
-        off = client.get("/ops/").content.decode()
+        off = client.get("/ops/last-day").content.decode()
     with override_settings(PROMETHEUS_URL="http://127.0.0.1:9", PROMETHEUS_TIMEOUT_SECONDS=1):
-        down = client.get("/ops/").content.decode()
+        down = client.get("/ops/last-day").content.decode()
 
     assert "Not configured: set PROMETHEUS_URL" in off
     assert "Prometheus could not be read: NewConnectionError" in down

@@ -39,6 +39,8 @@ def test_admins_and_finance_may_open_it_members_may_not(example_policy, ada, fio
     assert client_for(ada).get("/ops/").status_code == 200
     assert client_for(fiona).get("/ops/").status_code == 200
     assert client_for(mia).get("/ops/").status_code == 403
+    assert client_for(fiona).get("/ops/last-day").status_code == 200
+    assert client_for(mia).get("/ops/last-day").status_code == 403
     anonymous = Client().get("/ops/")
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
 
@@ -67,8 +69,10 @@ def test_waste_of_a_preempted_job(example_policy, ada):
         job=job, at=now - timedelta(hours=1), kind="preempted", details={"lost_work_seconds": 2700}
     )
 
-    html = client_for(ada).get("/ops/").content.decode()
+    page = client_for(ada).get("/ops/").content.decode()
+    html = client_for(ada).get("/ops/last-day").content.decode()
 
+    assert 'hx-get="/ops/last-day"' in page  # the page loads its last 24 hours after itself
     waste = html[html.index('data-testid="waste"') :]
     assert '<td>nlp</td><td class="num">3.000</td><td class="num">0.000</td>' in waste
 
