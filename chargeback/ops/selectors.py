@@ -6,6 +6,7 @@ nothing here scans a month of jobs (docs/operations-dashboard.md)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -108,22 +109,24 @@ def capacity_over_time(*, start: datetime, end: datetime, bucket: Bucket) -> lis
     rolled = CapacityHour.objects.filter(hour__gte=start, hour__lt=end)
     last = rolled.aggregate(last=Max("hour"))["last"] or start - timedelta(hours=1)
     truncate = (TruncHour if bucket == "hour" else TruncDay)("hour", tzinfo=UTC)
-    for row in (
+    hourly: Iterable[Any] = (
         rolled.annotate(period=truncate)
         .values("gpu_class__name", "period")
         .annotate(**{f"sum_{s}": Sum(s) for s in STATES})
         .order_by()
-    ):
+    )
+    for row in hourly:
         key = (row["gpu_class__name"], row["period"])
         for s in STATES:
             sums[key][s] += row[f"sum_{s}"]
-    for row in (
+    recent: Iterable[Any] = (
         CapacitySample.objects.filter(at__gte=last + timedelta(hours=1), at__lt=end)
         .annotate(hour=TruncHour("at", tzinfo=UTC))
         .values("gpu_class__name", "hour")
         .annotate(**{f"sum_{s}": Sum(s) for s in STATES})
         .order_by()
-    ):
+    )
+    for row in recent:
         key = (row["gpu_class__name"], period(row["hour"]))
         for s in STATES:
             sums[key][s] += row[f"sum_{s}"] or Decimal(0)
