@@ -272,12 +272,18 @@ def private_redis(tmp_path):
             time.sleep(0.05)
     url = f"redis://127.0.0.1:{port}/0"
     config = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},  # as in settings
+        }
     }
+    client.process = process
     with override_settings(CACHES=config):
         yield client
-    process.terminate()
-    process.wait(timeout=10)
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def test_the_lockout_is_kept_in_the_database_cache_every_worker_reads(
@@ -308,3 +314,19 @@ def test_the_lockout_and_api_rates_are_kept_in_redis_when_configured(
     assert (
         Client().post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 429
     )
+
+
+def test_with_redis_down_logins_and_the_api_go_on_uncounted(
+    private_redis, client, mia_with_password, api_as, rates, caplog
+):
+    rates(user="2/min")
+    private_redis.process.terminate()
+    private_redis.process.wait(timeout=10)
+
+    statuses = [api_as(mia_with_password).get("/api/queues/").status_code for _ in range(3)]
+    login = client.post("/login/", {"username": "mia", "password": "pw-for-tests"})
+
+    assert statuses == [200, 200, 200]
+    assert login.status_code == 302
+    assert "API rate not counted, the cache is unreachable" in caplog.text
+    assert "login failures not read, the cache is unreachable" in caplog.text
