@@ -4,6 +4,7 @@ policy files and their diffs."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -64,3 +65,12 @@ def display(value: Any) -> str:
     if value == "":
         return '""'
     return str(value)
+
+
+HIDDEN_CHARACTERS = "must not contain control or invisible formatting characters"
+
+
+def has_hidden_characters(text: str) -> bool:
+    """Whether ``text`` holds control characters or invisible formatting ones (bidirectional
+    overrides among them), which would make a name read differently from what it is."""
+    return any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
