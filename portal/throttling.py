@@ -7,6 +7,7 @@ warning is logged."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.db import DatabaseError
@@ -36,3 +37,12 @@ class PreviewRateThrottle(PortalUserRateThrottle):
     each simulates the whole cluster."""
 
     scope = "preview"
+
+
+def preview_wait(request: Any) -> int | None:
+    """Seconds a signed-in user must wait before the next preview or what-if on a page (the API's
+    preview rate, counted together with the API's previews), or None if it may go ahead now."""
+    throttle = PreviewRateThrottle()
+    if throttle.allow_request(request, None):
+        return None
+    return max(1, math.ceil(throttle.wait() or 1))

@@ -3,6 +3,7 @@ same limits holding on the shared caches (the database's, Redis)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -330,3 +331,55 @@ def test_with_redis_down_logins_and_the_api_go_on_uncounted(
     assert login.status_code == 302
     assert "API rate not counted, the cache is unreachable" in caplog.text
     assert "login failures not read, the cache is unreachable" in caplog.text
+
+
+class TestPagePreviews:
+    def test_page_previews_and_api_previews_share_one_rate(self, client, api_as, mia, rates):
+        rates(preview="2/min")
+        client.force_login(mia)
+        form = {**PAGE_FORM, "preview": "1"}
+
+        first = client.post("/jobs/new", form, HTTP_HX_REQUEST="true")
+        api = api_as(mia).post("/api/jobs/preview/", body(), format="json")
+        third = client.post("/jobs/new", form, HTTP_HX_REQUEST="true")
+
+        assert first.templates[0].name == "jobs/_preview.html"
+        assert api.status_code == 200
+        assert third.templates[0].name == "jobs/_preview_wait.html"
+        # A minute from the first preview, less the time the two previews took.
+        assert re.search(
+            rb"Too many previews in a short time \(each simulates the whole cluster\): "
+            rb"try again in (5\d|60) seconds\.",
+            third.content,
+        )
+
+    def test_a_job_pages_alternatives_wait_their_turn_too(self, client, mia, rates):
+        rates(preview="1/min")
+        pending = job(mia, state=JobState.PENDING)
+        client.force_login(mia)
+
+        first = client.get(f"/jobs/{pending.pk}/alternatives")
+        second = client.get(f"/jobs/{pending.pk}/alternatives")
+
+        assert first.templates[0].name == "jobs/_alternatives.html"
+        assert second.templates[0].name == "jobs/_preview_wait.html"
+        assert b'id="alternatives"' in second.content
+
+    def test_a_copy_of_a_job_named_in_unicode_digits_is_no_copy_not_a_500(self, client, mia):
+        client.force_login(mia)
+
+        assert client.get("/jobs/new?from=³").status_code == 200
+
+
+PAGE_FORM = {
+    "team": "vision",
+    "queue": "batch",
+    "capability_class": "any-gpu",
+    "pods": "1",
+    "gpus_per_pod": "1",
+    "cpu_millicores_per_pod": "1000",
+    "memory_mib_per_pod": "4096",
+    "runtime_limit": "1h",
+    "image": "registry.example/train:1",
+    "command": "python\ntrain.py",
+}
