@@ -14,6 +14,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.logs import LOG_FORMATS, logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -56,6 +58,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ApiBodyLimitMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -286,9 +289,13 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
+# The worker logs through LOGGING below (JSON lines with the task's id), not Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
 # Submitting or cancelling asks for a reconcile right after the commit (requests coalesce).
 RECONCILE_ON_COMMIT = env.bool("RECONCILE_ON_COMMIT", default=True)
+# How long a reconcile's lease lasts: a worker killed mid-cycle holds it this long at most.
+RECONCILE_LEASE_SECONDS = env.float("RECONCILE_LEASE_SECONDS", default=120.0)
 # Chargeback closes last month once this many hours of the new month have passed (late usage
 # still lands in it until then; after, it becomes an adjustment of the next month).
 CHARGEBACK_CLOSE_GRACE_HOURS = env.int("CHARGEBACK_CLOSE_GRACE_HOURS", default=72)
@@ -329,10 +336,9 @@ MAX_PENDING_JOBS_PER_QUEUE = env.int("MAX_PENDING_JOBS_PER_QUEUE", default=2000)
 MAX_ALTERNATIVES_TRIED = env.int("MAX_ALTERNATIVES_TRIED", default=12)
 
 # --- Logging -----------------------------------------------------------------------------------
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-}
+# One JSON object per line to standard error (LOG_FORMAT=json, the default unless DEBUG), or
+# text; every line carries the request's (or task's) id. See portal/logs.py.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
+if LOG_FORMAT not in LOG_FORMATS:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: expected one of json, text")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import views as auth_views
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -80,9 +81,30 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return defaults.page_not_found(request, exception)
 
 
-def server_error(request: HttpRequest) -> HttpResponse:
+# How long a client should wait before trying again while the database is away (a restart or a
+# fail-over takes seconds; the connection is re-opened by the next request).
+DATABASE_RETRY_AFTER_SECONDS = 5
+
+
+def error(request: HttpRequest) -> HttpResponse:
+    """An uncaught exception (``handler500``). A database that is down or restarting is no bug:
+    503 with ``Retry-After``, as JSON under /api/ and a short page elsewhere (rendered without the
+    database). Anything else is 500, JSON under /api/."""
+    exception = sys.exc_info()[1]
+    if isinstance(exception, (OperationalError, InterfaceError)):
+        detail = "The database is unavailable; try again in a few seconds."
+        response: HttpResponse
+        if _is_api(request):
+            response = JsonResponse({"detail": detail}, status=503)
+        else:
+            response = HttpResponse(
+                f"<!doctype html><title>Unavailable</title><h1>Unavailable</h1><p>{detail}</p>",
+                status=503,
+            )
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+        return response
     if _is_api(request):
-        return JsonResponse({"detail": "Server error: the portal could not answer."}, status=500)
+        return JsonResponse({"detail": "Internal server error."}, status=500)
     return defaults.server_error(request)
 
 

@@ -4,6 +4,7 @@ preempt, and create or delete the Kubernetes Jobs."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,8 @@ from queues.models import (
 )
 from queues.reconcile.jobs import TERMINATING_STATES, job_transition
 from queues.reconcile.view import ClusterView, CycleReport
+
+logger = logging.getLogger(__name__)
 
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
@@ -254,6 +257,15 @@ def cluster_apply(
             _create_refused(job, exc, now=now, report=report)
             continue
         report.jobs_created += int(created)
+        name = manifest["metadata"]["name"]
+        logger.info(
+            "job %s: Kubernetes Job %s/%s %s",
+            job.pk,
+            job.team.namespace,
+            name,
+            "created" if created else "already existed",
+            extra={"job_id": job.pk, "cluster_object": f"jobs.batch/{job.team.namespace}/{name}"},
+        )
         Job.objects.filter(pk=job.pk, state=JobState.ADMITTED, k8s_job_name="").update(
             k8s_job_name=manifest["metadata"]["name"]
         )
@@ -263,7 +275,16 @@ def cluster_apply(
     pods_of = view.pods_of()
     for job in ending:
         if job.pk in view.jobs:
-            report.jobs_deleted += int(cluster.delete_job(job.team.namespace, job_name(job.pk)))
+            deleted = cluster.delete_job(job.team.namespace, job_name(job.pk))
+            report.jobs_deleted += int(deleted)
+            name = f"{job.team.namespace}/{job_name(job.pk)}"
+            logger.info(
+                "job %s: Kubernetes Job %s %s",
+                job.pk,
+                name,
+                "deleted" if deleted else "already gone",
+                extra={"job_id": job.pk, "cluster_object": f"jobs.batch/{name}"},
+            )
             continue
         # The Job is gone but its pods run on: deleted without cascading (kubectl's default for
         # a batch/v1 Job is to orphan them). They hold GPUs until they stop: stop them.
@@ -272,6 +293,13 @@ def cluster_apply(
             if pod.deleted_at is None:
                 report.orphans_deleted += int(
                     cluster.delete_pod(pod.namespace, pod.name, grace_seconds=grace)
+                )
+                logger.info(
+                    "job %s: orphaned pod %s/%s deleted",
+                    job.pk,
+                    pod.namespace,
+                    pod.name,
+                    extra={"job_id": job.pk, "cluster_object": f"pods/{pod.namespace}/{pod.name}"},
                 )
 
 

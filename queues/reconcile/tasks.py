@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import uuid
 from datetime import timedelta
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
+from portal.logs import REQUEST_ID
 from queues.cluster.adapter import cluster_from_settings
 from queues.cluster.mirror import ClusterMirror
 from queues.models import Lease
 from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.leases import lease_acquire
+
+logger = logging.getLogger(__name__)
 
 REQUEST = "reconcile-request"
 # A request older than this is assumed lost (its message dropped) and the next one enqueues.
@@ -42,6 +47,7 @@ def worker_mirror() -> ClusterMirror:
 
 
 @shared_task(
+    bind=True,
     name="queues.reconcile",
     acks_late=True,
     ignore_result=True,
@@ -55,14 +61,23 @@ def worker_mirror() -> ClusterMirror:
     retry_jitter=True,
     max_retries=3,
 )
-def reconcile() -> str:
+def reconcile(self: Task) -> str:
     """One reconcile cycle (beat runs it every few seconds; submissions ask for one). It reads
-    the worker's watch-fed mirror, so it calls the API only for what it changes."""
-    # Requests made from now on need a new cycle: let the next one enqueue.
-    Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
-    mirror = worker_mirror()
-    report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
-    return report.summary()
+    the worker's watch-fed mirror, so it calls the API only for what it changes. Its log lines
+    carry the task's id as their request id."""
+    token = REQUEST_ID.set(self.request.id or "")
+    try:
+        # Requests made from now on need a new cycle: let the next one enqueue.
+        Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
+        mirror = worker_mirror()
+        report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
+        summary = report.summary()
+        # A cycle with nothing to do is the common case every few seconds: not worth a line.
+        quiet = not (report.changed() or report.unreachable)
+        logger.log(logging.DEBUG if quiet else logging.INFO, "reconcile: %s", summary)
+        return summary
+    finally:
+        REQUEST_ID.reset(token)
 
 
 def cycle_holder() -> str:
@@ -81,5 +96,16 @@ def request_reconcile() -> bool:
         return False
     if not lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
         return False
-    transaction.on_commit(lambda: reconcile.apply_async(countdown=1))
+    transaction.on_commit(_enqueue_reconcile)
     return True
+
+
+def _enqueue_reconcile() -> None:
+    """Send the request; a broker that is down is no reason to fail what was committed (the
+    database is the source of truth and beat's periodic cycle catches up). The request is
+    withdrawn so that the next submission tries again."""
+    try:
+        reconcile.apply_async(countdown=1, retry=False)
+    except KombuOperationalError as exc:
+        Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
+        logger.warning("could not ask for a reconcile, the broker is unavailable: %s", exc)

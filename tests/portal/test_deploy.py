@@ -181,7 +181,7 @@ class TestApiErrorsAreJson:
         response = client.get("/api/jobs/")
 
         assert response.status_code == 500
-        assert response.json() == {"detail": "Server error: the portal could not answer."}
+        assert response.json() == {"detail": "Internal server error."}
 
     def test_outside_the_api_a_404_is_still_the_html_page(self, client):
         response = client.get("/no-such-page/")
