@@ -4,6 +4,7 @@ policy files and their diffs."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -220,3 +221,12 @@ def format_free_devices(*, gpus: int, slices: dict[str, int], replicas: int, per
     if replicas:
         parts.append(f"{replicas} time-slice{'s' if replicas != 1 else ''} ({per_gpu} per GPU)")
     return " + ".join(parts) or "none"
+
+
+HIDDEN_CHARACTERS = "must not contain control or invisible formatting characters"
+
+
+def has_hidden_characters(text: str) -> bool:
+    """Whether ``text`` holds control characters or invisible formatting ones (bidirectional
+    overrides among them), which would make a name read differently from what it is."""
+    return any(unicodedata.category(c) in ("Cc", "Cf") for c in text)

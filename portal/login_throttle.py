@@ -4,9 +4,10 @@ The rule: ``LOGIN_FAILURE_LIMIT`` failed logins for a username within ``LOGIN_LO
 of the first of them lock it until ``LOGIN_LOCKOUT_SECONDS`` after the failure that reached the
 limit; while locked, every login for it is refused, with the right password too. A successful
 login forgets earlier failures. The counts live in Django's default cache, which every web worker
-shares (Redis when configured, else the database), so the limit holds across workers. Keyed on
-the username rather than the caller's address, so guessing from many addresses is stopped too;
-the price is that someone can lock a known username out for the lock-out time.
+shares (Redis when configured, else the database), so the limit holds across workers; while
+the cache is unreachable logins are not counted (and a warning is logged) rather than refused.
+Keyed on the username rather than the caller's address, so guessing from many addresses is
+stopped too; the price is that someone can lock a known username out for the lock-out time.
 
 Enforced in the authentication backend, so every way in that checks a password (the login page,
 ``/admin/``) is covered; the login form says why it refused.
@@ -15,6 +16,7 @@ Enforced in the authentication backend, so every way in that checks a password (
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +34,10 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 
+from portal.throttling import CACHE_DOWN
+
+logger = logging.getLogger(__name__)
+
 
 def _key(username: str) -> str:
     # Hashed: a username may hold characters a cache key must not (spaces, control characters).
@@ -39,9 +45,20 @@ def _key(username: str) -> str:
     return f"login-failures:{digest}"
 
 
+def _record(username: str) -> dict[str, Any] | None:
+    try:
+        record: dict[str, Any] | None = cache.get(_key(username))
+    except CACHE_DOWN as exc:
+        # The cache only counts; logging in must not depend on it being up.
+        logger.warning("login failures not read, the cache is unreachable: %s", exc)
+        return None
+    return record
+
+
 def login_locked_until(username: str, *, now: datetime | None = None) -> datetime | None:
-    """Until when logins for ``username`` are refused, or None if they are not."""
-    record = cache.get(_key(username))
+    """Until when logins for ``username`` are refused, or None if they are not (nor while the
+    cache is unreachable)."""
+    record = _record(username)
     if not record or record.get("locked_until") is None:
         return None
     until: datetime = record["locked_until"]
@@ -53,7 +70,7 @@ def login_failure_record(username: str, *, now: datetime | None = None) -> None:
     Failures while locked are not counted (the lock does not grow while someone keeps trying)."""
     now = now or timezone.now()
     window = timedelta(seconds=settings.LOGIN_LOCKOUT_SECONDS)
-    record = cache.get(_key(username)) or {}
+    record = _record(username) or {}
     if record.get("locked_until") and record["locked_until"] > now:
         return
     if not record or record["first"] + window <= now:
@@ -61,12 +78,18 @@ def login_failure_record(username: str, *, now: datetime | None = None) -> None:
     record["count"] += 1
     if record["count"] >= settings.LOGIN_FAILURE_LIMIT:
         record["locked_until"] = now + window
-    cache.set(_key(username), record, timeout=settings.LOGIN_LOCKOUT_SECONDS)
+    try:
+        cache.set(_key(username), record, timeout=settings.LOGIN_LOCKOUT_SECONDS)
+    except CACHE_DOWN as exc:
+        logger.warning("login failure not counted, the cache is unreachable: %s", exc)
 
 
 def login_success_record(username: str) -> None:
     """Forget the failures of ``username`` (it logged in with the right password)."""
-    cache.delete(_key(username))
+    try:
+        cache.delete(_key(username))
+    except CACHE_DOWN as exc:
+        logger.warning("login failures not forgotten, the cache is unreachable: %s", exc)
 
 
 def lockout_message(until: datetime, *, now: datetime | None = None) -> str:

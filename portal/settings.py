@@ -130,6 +130,8 @@ if _cache_url.startswith(("redis://", "rediss://")):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": _cache_url,
             "KEY_PREFIX": "gpuportal",
+            # A Redis that is down answers fast (limits then go uncounted, requests go on).
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
         }
     }
 elif _cache_url == "locmem://":
@@ -241,9 +243,9 @@ REST_FRAMEWORK = {
     # Per user, counted in the shared cache; over the rate: 429 with Retry-After. (Every API
     # endpoint needs credentials, and DRF checks them before rates: a caller without is 401.)
     # Previews each simulate the whole cluster: their own, lower rate
-    # (queues.jobs.apis.PreviewRateThrottle).
+    # (portal.throttling.PreviewRateThrottle).
     "DEFAULT_THROTTLE_CLASSES": [
-        "rest_framework.throttling.UserRateThrottle",
+        "portal.throttling.PortalUserRateThrottle",
     ],
     "DEFAULT_THROTTLE_RATES": {
         "user": env.str("API_THROTTLE_USER", default="600/min"),

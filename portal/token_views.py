@@ -12,12 +12,19 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from portal.formatting import HIDDEN_CHARACTERS, has_hidden_characters
 from portal.http import PortalRequest
 from portal.models import ApiToken
 
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, help_text="What it is for, e.g. ci-scripts.")
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if has_hidden_characters(name):
+            raise forms.ValidationError(HIDDEN_CHARACTERS)
+        return name
 
 
 @login_required

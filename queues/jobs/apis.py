@@ -36,12 +36,12 @@ from rest_framework.exceptions import (
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
 from portal.http import signed_in
 from portal.parsers import PortalJSONParser
 from portal.schema import ErrorDetailSerializer
+from portal.throttling import PortalUserRateThrottle, PreviewRateThrottle
 from portal.tokens import job_id_of_token
 from queues.cluster.adapter import ClusterUnreachable
 from queues.jobs.preview import job_preview
@@ -134,12 +134,6 @@ class JobFilter(django_filters.FilterSet):
 
 
 JOB_NOT_FOUND = _error("No such job, or a job of a team you are not in.")
-
-
-class PreviewRateThrottle(UserRateThrottle):
-    """Previews per user (``API_THROTTLE_PREVIEW``), on top of the user's rate for everything."""
-
-    scope = "preview"
 
 
 @extend_schema(tags=["jobs"])
@@ -387,11 +381,9 @@ class JobTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-class JobRateThrottle(SimpleRateThrottle):
+class JobRateThrottle(PortalUserRateThrottle):
     """The user rate (``API_THROTTLE_USER``), counted per job for a job's own token (a job has no
     user id to count by), per client address otherwise."""
-
-    scope = "user"
 
     def get_cache_key(self, request: Request, view: Any) -> str:
         principal = request.user

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from django.conf import settings
 from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
-from portal.formatting import display, format_duration
+from portal.formatting import HIDDEN_CHARACTERS, display, format_duration, has_hidden_characters
 from queues.admission.asks import pods_held
 from queues.models import (
     CapabilityClass,
@@ -173,10 +172,9 @@ def _text_problem(text: str, limit: int, *, blank: bool = False) -> str | None:
         return "required"
     if len(text) > limit:
         return f"at most {limit} characters (this has {len(text):,})"
-    if any(unicodedata.category(c) in ("Cc", "Cf") for c in text):
-        # Control characters and invisible formatting ones (bidirectional overrides among them)
-        # would make a name or an image read differently from what runs.
-        return "must not contain control or invisible formatting characters"
+    if has_hidden_characters(text):
+        # They would make a name or an image read differently from what runs.
+        return HIDDEN_CHARACTERS
     return None
 
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest
+from portal.throttling import preview_wait
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.cluster.adapter import ClusterUnreachable
 from queues.cluster.prometheus import prometheus_from_settings
@@ -76,7 +77,13 @@ def job_new(request: PortalRequest) -> HttpResponse:
         return render(request, "jobs/no_team.html", status=200)
     initial = {}
     source = request.GET.get("from")
-    if source and source.isdigit() and (copy := job_for(request.user, int(source))):
+    # ASCII digits only: "³" passes str.isdigit() but int() refuses it.
+    if (
+        source
+        and source.isascii()
+        and source.isdigit()
+        and (copy := job_for(request.user, int(source)))
+    ):
         initial = JobRequest.of_job(copy).values()
         # a "would start sooner" suggestion followed: the same job in its queue and class
         for name in ("queue", "capability_class"):
@@ -86,6 +93,9 @@ def job_new(request: PortalRequest) -> HttpResponse:
     preview = None
     if request.method == "POST" and form.is_valid():
         job_request = form.job_request()
+        if "preview" in request.POST and (wait := preview_wait(request)) is not None:
+            # Each preview simulates the whole cluster: pages share the API's preview rate.
+            return render(request, "jobs/_preview_wait.html", {"wait": wait})
         if "preview" in request.POST:
             preview = job_preview(request=job_request)
             form.add_rule_errors(preview.errors)
@@ -150,6 +160,8 @@ def job_alternatives_view(request: PortalRequest, job_id: int) -> HttpResponse:
     """What would start a waiting job sooner: each what-if is a full plan, so the job page
     loads this part after itself instead of waiting for it."""
     job = _visible_job(request, job_id)
+    if job.state == JobState.PENDING and (wait := preview_wait(request)) is not None:
+        return render(request, "jobs/_preview_wait.html", {"wait": wait, "what": "alternatives"})
     explanation = job_alternatives(job=job)
     return render(
         request,

@@ -112,3 +112,15 @@ def test_nobody_revokes_another_members_token(client, mia, sara):
 
     assert client.post(f"/tokens/{token.pk}/revoke").status_code == 404
     assert ApiToken.objects.get(pk=token.pk).revoked_at is None
+
+
+@pytest.mark.parametrize("name", ["ci\u202escripts", "ci\nscripts", "ci\u200bscripts"])
+def test_a_token_name_with_hidden_characters_is_refused(client, mia, name):
+    client.force_login(mia)
+
+    response = client.post("/tokens/", {"name": name})
+
+    assert response.context["form"].errors == {
+        "name": ["must not contain control or invisible formatting characters"]
+    }
+    assert not ApiToken.objects.filter(user=mia).exists()

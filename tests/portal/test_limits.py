@@ -3,6 +3,7 @@ same limits holding on the shared caches (the database's, Redis)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -272,12 +273,18 @@ def private_redis(tmp_path):
             time.sleep(0.05)
     url = f"redis://127.0.0.1:{port}/0"
     config = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},  # as in settings
+        }
     }
+    client.process = process
     with override_settings(CACHES=config):
         yield client
-    process.terminate()
-    process.wait(timeout=10)
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def test_the_lockout_is_kept_in_the_database_cache_every_worker_reads(
@@ -308,3 +315,71 @@ def test_the_lockout_and_api_rates_are_kept_in_redis_when_configured(
     assert (
         Client().post("/login/", {"username": "mia", "password": "pw-for-tests"}).status_code == 429
     )
+
+
+def test_with_redis_down_logins_and_the_api_go_on_uncounted(
+    private_redis, client, mia_with_password, api_as, rates, caplog
+):
+    rates(user="2/min")
+    private_redis.process.terminate()
+    private_redis.process.wait(timeout=10)
+
+    statuses = [api_as(mia_with_password).get("/api/queues/").status_code for _ in range(3)]
+    login = client.post("/login/", {"username": "mia", "password": "pw-for-tests"})
+
+    assert statuses == [200, 200, 200]
+    assert login.status_code == 302
+    assert "API rate not counted, the cache is unreachable" in caplog.text
+    assert "login failures not read, the cache is unreachable" in caplog.text
+
+
+class TestPagePreviews:
+    def test_page_previews_and_api_previews_share_one_rate(self, client, api_as, mia, rates):
+        rates(preview="2/min")
+        client.force_login(mia)
+        form = {**PAGE_FORM, "preview": "1"}
+
+        first = client.post("/jobs/new", form, HTTP_HX_REQUEST="true")
+        api = api_as(mia).post("/api/jobs/preview/", body(), format="json")
+        third = client.post("/jobs/new", form, HTTP_HX_REQUEST="true")
+
+        assert first.templates[0].name == "jobs/_preview.html"
+        assert api.status_code == 200
+        assert third.templates[0].name == "jobs/_preview_wait.html"
+        # A minute from the first preview, less the time the two previews took.
+        assert re.search(
+            rb"Too many previews in a short time \(each simulates the whole cluster\): "
+            rb"try again in (5\d|60) seconds\.",
+            third.content,
+        )
+
+    def test_a_job_pages_alternatives_wait_their_turn_too(self, client, mia, rates):
+        rates(preview="1/min")
+        pending = job(mia, state=JobState.PENDING)
+        client.force_login(mia)
+
+        first = client.get(f"/jobs/{pending.pk}/alternatives")
+        second = client.get(f"/jobs/{pending.pk}/alternatives")
+
+        assert first.templates[0].name == "jobs/_alternatives.html"
+        assert second.templates[0].name == "jobs/_preview_wait.html"
+        assert b'id="alternatives"' in second.content
+
+    def test_a_copy_of_a_job_named_in_unicode_digits_is_no_copy_not_a_500(self, client, mia):
+        client.force_login(mia)
+
+        assert client.get("/jobs/new?from=³").status_code == 200
+
+
+PAGE_FORM = {
+    "team": "vision",
+    "queue": "batch",
+    "capability_class": "any-gpu",
+    "pods": "1",
+    "gpus_per_pod": "1",
+    "cpu_millicores_per_pod": "1000",
+    "memory_mib_per_pod": "4096",
+    "runtime_limit": "1h",
+    "image": "registry.example/train:1",
+    "command": "python\ntrain.py",
+}

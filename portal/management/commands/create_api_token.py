@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError
 
+from portal.formatting import HIDDEN_CHARACTERS, has_hidden_characters
 from portal.models import ApiToken
 
 
@@ -20,6 +21,8 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user {username!r}")
+        if has_hidden_characters(name):
+            raise CommandError(f"the name {HIDDEN_CHARACTERS}")
         try:
             _, key = ApiToken.issue(user=user, name=name)
         except IntegrityError as exc:
