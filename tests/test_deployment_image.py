@@ -318,3 +318,27 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
     # The last: a first try that timed out while the server warmed up may have its own line.
     health = [x for x in lines if x.get("logger") == "portal.request" and x["path"] == "/healthz"]
     assert (health[-1]["status"], health[-1]["request_id"]) == (200, "probe-1")
+
+    # The worker as compose starts it, from another directory than /app (the image's PYTHONPATH
+    # finds the app), with an in-memory broker: it starts and reports ready.
+    command = compose()["services"]["worker"]["command"] + ["--pool", "solo"]
+    worker_log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env={**image_env, **production, "CELERY_BROKER_URL": "memory://"},
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while " ready." not in (tmp_path / "worker.log").read_text():
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the worker did not start within 90 s"
+            time.sleep(0.5)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        worker_log.close()
+    tasks = (tmp_path / "worker.log").read_text()
+    assert "queues.reconcile" in tasks and "chargeback.close_previous_period" in tasks
