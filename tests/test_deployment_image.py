@@ -266,6 +266,8 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
         "ALLOWED_HOSTS": "127.0.0.1",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'portal.sqlite3'}",
         "LOG_FORMAT": "json",
+        # Behind a TLS-terminating proxy, which says so in this header.
+        "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
     }
     check = run("manage.py", "check", "--deploy", **production)
     assert check.returncode == 0, check.stderr[-3000:]
@@ -301,7 +303,10 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
                 time.sleep(0.5)
         manifest = json.loads((app / "staticfiles" / "staticfiles.json").read_text())["paths"]
         hashed = manifest["portal/portal.css"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/static/{hashed}", timeout=5) as css:
+        through_proxy = urllib.request.Request(
+            f"http://127.0.0.1:{port}/static/{hashed}", headers={"X-Forwarded-Proto": "https"}
+        )
+        with urllib.request.urlopen(through_proxy, timeout=5) as css:
             static_status = css.status
     finally:
         server.terminate()
