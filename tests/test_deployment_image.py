@@ -193,6 +193,7 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
     path = f"{shims}:{os.environ['PATH']}"
     # Only what the image's ENV sets: the test process's own settings must not leak in.
     base_env = {"PATH": path, "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    pip_cache = Path.home() / ".cache" / "pip"
 
     def copy(stage: Stage, into: Path) -> None:
         into.mkdir()
@@ -217,7 +218,8 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
     built = subprocess.run(
         ["sh", "-c", image_paths(install, tmp_path)],
         cwd=src,
-        env={**base_env, "PIP_NO_CACHE_DIR": "1"},
+        # The user's pip cache (the image builds without one): the same wheels, fetched once.
+        env={**base_env, "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(pip_cache))},
         capture_output=True,
         text=True,
         timeout=900,
@@ -264,8 +266,7 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
         "ALLOWED_HOSTS": "127.0.0.1",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'var' / 'portal.sqlite3'}",
         "LOG_FORMAT": "json",
-        # Behind the TLS-terminating proxy production has (plain HTTP is redirected to HTTPS,
-        # all but /healthz): the proxy's header says the request came over HTTPS.
+        # Behind a TLS-terminating proxy, which says so in this header.
         "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto",
     }
     check = run("manage.py", "check", "--deploy", **production)
@@ -302,10 +303,10 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
                 time.sleep(0.5)
         manifest = json.loads((app / "staticfiles" / "staticfiles.json").read_text())["paths"]
         hashed = manifest["portal/portal.css"]
-        css_request = urllib.request.Request(
+        through_proxy = urllib.request.Request(
             f"http://127.0.0.1:{port}/static/{hashed}", headers={"X-Forwarded-Proto": "https"}
         )
-        with urllib.request.urlopen(css_request, timeout=5) as css:
+        with urllib.request.urlopen(through_proxy, timeout=5) as css:
             static_status = css.status
     finally:
         server.terminate()
@@ -322,3 +323,27 @@ def test_the_images_steps_give_a_portal_that_passes_check_deploy_and_serves_heal
     # The last: a first try that timed out while the server warmed up may have its own line.
     health = [x for x in lines if x.get("logger") == "portal.request" and x["path"] == "/healthz"]
     assert (health[-1]["status"], health[-1]["request_id"]) == (200, "probe-1")
+
+    # The worker as compose starts it, from another directory than /app (the image's PYTHONPATH
+    # finds the app), with an in-memory broker: it starts and reports ready.
+    command = compose()["services"]["worker"]["command"] + ["--pool", "solo"]
+    worker_log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env={**image_env, **production, "CELERY_BROKER_URL": "memory://"},
+        stdout=worker_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while " ready." not in (tmp_path / "worker.log").read_text():
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the worker did not start within 90 s"
+            time.sleep(0.5)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        worker_log.close()
+    tasks = (tmp_path / "worker.log").read_text()
+    assert "queues.reconcile" in tasks and "chargeback.close_previous_period" in tasks

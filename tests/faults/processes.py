@@ -223,6 +223,8 @@ def portal_env(tmp_path: Path, **env: str) -> dict[str, str]:
         "STATICFILES_MANIFEST": "false",
         "PORTAL_VAR_DIR": str(tmp_path / "var"),
         "LOG_FORMAT": "json",
+        # These processes speak plain HTTP to the test; production's proxy terminates TLS.
+        "SECURE_SSL_REDIRECT": "false",
         **env,
     }
 

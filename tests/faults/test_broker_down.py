@@ -30,8 +30,23 @@ BODY = {
 }
 
 
+REDIS_CACHE = pytest.mark.xfail(
+    strict=True,
+    reason="login lock-outs and API throttles count in the cache, which defaults to the Redis "
+    "broker: with Redis down every API request fails (500). Kept here until the cache "
+    "survives a Redis outage (or can be pointed elsewhere).",
+)
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        pytest.param("locmem://", id="cache-elsewhere"),
+        pytest.param("", id="cache-on-the-same-redis", marks=REDIS_CACHE),
+    ],
+)
 def test_submissions_are_accepted_without_redis_and_converge_when_it_is_back(
-    tmp_path, sim_cluster, mia
+    tmp_path, sim_cluster, mia, cache
 ):
     _, token = ApiToken.issue(user=mia, name="script")
     redis = PrivateRedis().start()
@@ -42,6 +57,7 @@ def test_submissions_are_accepted_without_redis_and_converge_when_it_is_back(
         "KUBECONFIG": str(sim_cluster.kubeconfig),
         "RECONCILE_ON_COMMIT": "true",
         "RECONCILE_INTERVAL_SECONDS": "0.5",
+        "CACHE_URL": cache,
     }
     port = free_port()
     server = web(tmp_path, port, **env).start()

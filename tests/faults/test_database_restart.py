@@ -66,9 +66,18 @@ def manage(env: dict[str, str], *args: str) -> str:
     return result.stdout
 
 
-def test_requests_get_503_while_postgresql_restarts_and_nothing_is_half_written(tmp_path):
-    pg = PrivatePostgres()
-    pg.init().start()
+@pytest.fixture
+def pg():
+    """The private PostgreSQL, removed whatever happens in the test."""
+    server = PrivatePostgres()
+    try:
+        server.init().start()
+        yield server
+    finally:
+        server.remove()
+
+
+def test_requests_get_503_while_postgresql_restarts_and_nothing_is_half_written(tmp_path, pg):
     server = None
     try:
         pg.createdb("portal")
@@ -139,47 +148,44 @@ def test_requests_get_503_while_postgresql_restarts_and_nothing_is_half_written(
         if server is not None:
             server.stop()
 
-    try:
-        assert not [c for c in calls if c.status >= 500 and c.status != 503], "a 5xx other than 503"
-        api = [c for c in calls if c.path.startswith("/api/")]
-        assert all(c.content_type == "application/json" for c in api), {c.content_type for c in api}
-        while_down = [c for c in calls if c.started > down_from and c.ended < down_until]
-        assert while_down, "no request was made while the database was down"
-        assert {(c.path, c.status) for c in while_down} == {
-            ("/api/jobs/", 503),
-            ("/api/jobs/?page_size=5", 503),
-            ("/healthz", 503),
-        }
-        assert {c.retry_after for c in while_down if c.path.startswith("/api/")} == {"5"}
-        assert all(
-            b'"detail": "The database is unavailable; try again in a few seconds."' in c.body
-            or b'"detail":"The database is unavailable; try again in a few seconds."' in c.body
-            for c in while_down
-            if c.path.startswith("/api/")
-        )
-        before = [c for c in calls if c.ended < stopping]
-        after = [c for c in calls if c.started > up_at]
-        assert {c.status for c in before} == {200, 201}
-        assert {(c.path, c.status) for c in after if c.status != 503} >= {
-            ("/api/jobs/", 201),
-            ("/api/jobs/?page_size=5", 200),
-            ("/healthz", 200),
-        }
+    assert not [c for c in calls if c.status >= 500 and c.status != 503], "a 5xx other than 503"
+    api = [c for c in calls if c.path.startswith("/api/")]
+    assert all(c.content_type == "application/json" for c in api), {c.content_type for c in api}
+    while_down = [c for c in calls if c.started > down_from and c.ended < down_until]
+    assert while_down, "no request was made while the database was down"
+    assert {(c.path, c.status) for c in while_down} == {
+        ("/api/jobs/", 503),
+        ("/api/jobs/?page_size=5", 503),
+        ("/healthz", 503),
+    }
+    assert {c.retry_after for c in while_down if c.path.startswith("/api/")} == {"5"}
+    assert all(
+        b'"detail": "The database is unavailable; try again in a few seconds."' in c.body
+        or b'"detail":"The database is unavailable; try again in a few seconds."' in c.body
+        for c in while_down
+        if c.path.startswith("/api/")
+    )
+    before = [c for c in calls if c.ended < stopping]
+    after = [c for c in calls if c.started > up_at]
+    assert {c.status for c in before} == {200, 201}
+    assert {(c.path, c.status) for c in after if c.status != 503} >= {
+        ("/api/jobs/", 201),
+        ("/api/jobs/?page_size=5", 200),
+        ("/healthz", 200),
+    }
 
-        # Nothing half-written: every stored job has its submitted event, and every job a
-        # client was told about (201) is stored.
-        accepted = {
-            int(c.body.split(b'"id":', 1)[1].split(b",", 1)[0]) for c in calls if c.status == 201
-        }
-        with psycopg.connect(pg.url()) as db:
-            rows = db.execute(
-                "SELECT j.id, count(e.id) FROM queues_job j LEFT JOIN queues_jobevent e "
-                "ON e.job_id = j.id AND e.kind = 'submitted' GROUP BY j.id"
-            ).fetchall()
-        assert all(events == 1 for _, events in rows), rows
-        assert accepted <= {job_id for job_id, _ in rows}
-    finally:
-        pg.remove()
+    # Nothing half-written: every stored job has its submitted event, and every job a
+    # client was told about (201) is stored.
+    accepted = {
+        int(c.body.split(b'"id":', 1)[1].split(b",", 1)[0]) for c in calls if c.status == 201
+    }
+    with psycopg.connect(pg.url()) as db:
+        rows = db.execute(
+            "SELECT j.id, count(e.id) FROM queues_job j LEFT JOIN queues_jobevent e "
+            "ON e.job_id = j.id AND e.kind = 'submitted' GROUP BY j.id"
+        ).fetchall()
+    assert all(events == 1 for _, events in rows), rows
+    assert accepted <= {job_id for job_id, _ in rows}
 
 
 def _answers(portal: str) -> bool:
