@@ -69,6 +69,8 @@ PAGES = [
     Call(
         "jobs/<int:job_id>/alternatives", "GET", "/jobs/{job}/alternatives", (R, 200, 404, 404, 200)
     ),
+    # The logs part asks the cluster; with none reachable it says so (200), never a 500.
+    Call("jobs/<int:job_id>/logs", "GET", "/jobs/{job}/logs", (R, 200, 404, 404, 200)),
     Call("manage/", "GET", "/manage/", (R, 403, 403, 403, R)),
     Call("manage/quotas/", "GET", "/manage/quotas/", (R, 403, 403, 403, 200)),
     Call(
@@ -145,6 +147,11 @@ PAGES = [
         "chargeback/jobs/<int:job_id>/", "GET", "/chargeback/jobs/{job}/", (R, 200, 404, 200, 200)
     ),
     Call("usage/", "GET", "/usage/", (R, 200, 200, 200, 200)),
+    # The operations dashboard: admins, and finance may read; members never.
+    Call("ops/", "GET", "/ops/", (R, 403, 403, 200, 200)),
+    Call("ops/last-day", "GET", "/ops/last-day", (R, 403, 403, 200, 200)),
+    # /metrics answers only the bearer token of METRICS_TOKEN, whoever is logged in.
+    Call("metrics", "GET", "/metrics", (401, 401, 401, 401, 401)),
 ]
 
 # The API: no credentials is 401 everywhere; another team's job is 404, never 403.
