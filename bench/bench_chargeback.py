@@ -174,6 +174,25 @@ def measure(vendor: str, n: int) -> dict[str, object]:
         statement_times.append(time.perf_counter() - started)
         lines = len(result.lines)
     total = result.totals.cost
+    # Wall times on a shared machine swing with its load. The CPU time the database backend
+    # spends on each, serially (no parallel workers), read from /proc, swings much less.
+    cpu_plain = cpu_statement = None
+    if vendor == "pg":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+            cursor.execute("SET max_parallel_workers_per_gather = 0")
+        plain_cpu, statement_cpu = [], []
+        for _ in range(REPEAT):
+            before = _cpu_seconds(pid)
+            with connection.cursor() as cursor:
+                cursor.execute(PLAIN.format(seconds=seconds), params)
+                cursor.fetchall()
+            middle = _cpu_seconds(pid)
+            statement(start=month, end=end, now=now)
+            plain_cpu.append(middle - before)
+            statement_cpu.append(_cpu_seconds(pid) - middle)
+        cpu_plain, cpu_statement = min(plain_cpu), min(statement_cpu)
     connection.close()
     if vendor == "pg" and not os.environ.get("BENCH_KEEP"):
         synthetic.database_drop(DATABASE)
@@ -184,9 +203,17 @@ def measure(vendor: str, n: int) -> dict[str, object]:
         "plain": min(plain_times),
         "statement": min(statement_times),
         "groups": groups,
+        "cpu_plain": cpu_plain,
+        "cpu_statement": cpu_statement,
         "lines": lines,
         "total": {k: str(v) for k, v in total.items()},
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (the database backend, on this machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -216,13 +243,21 @@ def main() -> None:
         f"of the same four columns over the same rows; best of {REPEAT}.\n"
     )
     print(
-        "| database | intervals | insert (s) | plain GROUP BY (s) | statement (s) | ratio | lines |"
+        "| database | intervals | insert (s) | plain GROUP BY (s) | statement (s) | ratio "
+        "| backend CPU, serial: plain / statement (s) | CPU ratio | lines |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
+        cpu = "–", "–"
+        if r["cpu_plain"]:
+            cpu = (
+                f"{r['cpu_plain']:.2f} / {r['cpu_statement']:.2f}",
+                f"{r['cpu_statement'] / r['cpu_plain']:.2f}×",
+            )
         print(
             f"| {r['vendor']} | {r['n']:,} | {r['insert']:.1f} | {r['plain']:.2f} | "
-            f"{r['statement']:.2f} | {r['statement'] / r['plain']:.2f}× | {r['lines']} |"
+            f"{r['statement']:.2f} | {r['statement'] / r['plain']:.2f}× | {cpu[0]} | {cpu[1]} | "
+            f"{r['lines']} |"
         )
 
 

@@ -92,6 +92,14 @@ class StatementQuery(serializers.Serializer):
                     {"group_by": "a period's statement is grouped by " + ",".join(DEFAULT_GROUP_BY)}
                 )
             return attrs
+        if "start" not in attrs and "end" not in attrs:
+            # Nothing asked: the current month's statement, as on the page.
+            if "group_by" in attrs and attrs["group_by"] != DEFAULT_GROUP_BY:
+                raise serializers.ValidationError(
+                    {"group_by": "with group_by, give start and end (or period=YYYY-MM)"}
+                )
+            attrs["period"] = timezone.now().date().replace(day=1)
+            return attrs
         if "start" not in attrs or "end" not in attrs:
             missing = "start" if "start" not in attrs else "end"
             raise serializers.ValidationError({missing: "required (or give period=YYYY-MM)"})

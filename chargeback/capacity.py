@@ -14,7 +14,7 @@ from fractions import Fraction
 from django.db import connection
 from django.db.models import Q
 
-from chargeback.statements import _db_time, _grouped_rows, extremes, microseconds_sql, statement
+from chargeback.statements import _db_time, exact_sums, extremes, microseconds_sql, statement
 from queues.models import GpuClass, NodeState, NodeStateInterval, Reservation
 from queues.rates import MICROSECONDS_PER_HOUR, round_hours
 
@@ -139,12 +139,10 @@ class _ClassUse:
 
 def _exact_use_by_class(*, start: datetime, end: datetime, now: datetime) -> list[_ClassUse]:
     sums: dict[int, Fraction] = {}
-    for class_id, _klass, _card, denominator, _dev, gpu_us, _open in _grouped_rows(
-        start=start, end=end, now=now, group_by=("gpu_class",), team_ids=None, job_ids=None
-    ):
-        sums[class_id] = sums.get(class_id, Fraction(0)) + Fraction(
-            int(gpu_us), MICROSECONDS_PER_HOUR * int(denominator)
-        )
+    for (class_id, _currency), acc in exact_sums(
+        start=start, end=end, now=now, group_by=("gpu_class",)
+    ).items():
+        sums[class_id] = sums.get(class_id, Fraction(0)) + acc.gpu
     names = dict(GpuClass.objects.values_list("pk", "name"))
     return [_ClassUse({"gpu_class": names[c]}, v) for c, v in sums.items()]
 

@@ -1,12 +1,13 @@
 """Statements: usage intervals rated in the database, by the rule of ``queues.rates``.
 
-The database does what grows with the number of intervals: it clips each interval to the report
-window, to every rate card's validity window and to every cost center's window of its team
-(GREATEST/LEAST), and sums whole microseconds per group. What it returns is exact integers for a
-handful of groups (one per line, rate card and share denominator); Python turns those into
-GPU-hours and money with Fractions, so the result is exactly what ``queues.rates.rate_interval``
-gives interval by interval, on SQLite as on PostgreSQL. Each line is rounded once
-(``round_hours``, ``round_money``: half up); totals are sums of rounded lines.
+The database does what grows with the number of intervals, in one pass with no join: it clips
+each interval to the report window and finds which piece of the window (cut at every rate-card
+and cost-center change inside it) the interval begins and ends in, then sums whole
+device-microseconds per group. What it returns is exact integers for a handful of groups; Python
+splits them over the pieces (each with one card and, per team, one cost center) and turns them
+into GPU-hours and money with Fractions, so the result is exactly what
+``queues.rates.rate_interval`` gives interval by interval, on SQLite as on PostgreSQL. Each line
+is rounded once (``round_hours``, ``round_money``: half up); totals are sums of rounded lines.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from queues.rates import MICROSECONDS_PER_HOUR, round_hours, round_money
 # What a statement may be grouped by (the API's group_by), and the column each one reads.
 DIMENSIONS = {
     "team": "i.team_id",
-    "cost_center": "COALESCE(hw.cost_center, i.cost_center)",
+    "cost_center": "i.cost_center",  # and the team's history, piece by piece
     "gpu_class": "i.gpu_class_id",
     "sharing_mode": "i.sharing_mode",
     "job": "i.job_id",
@@ -130,11 +131,8 @@ def statement(
     DIMENSIONS), open intervals counted until ``now``; only ``team_ids``' (or ``job_ids``')
     usage when given; only usage of jobs now in ``job_states`` when given. Lines are ordered by
     their key."""
-    unknown = [g for g in group_by if g not in DIMENSIONS]
-    if unknown:
-        raise ValueError(f"cannot group by {', '.join(unknown)}")
     group_by = tuple(dict.fromkeys(group_by))
-    rows = _grouped_rows(
+    sums = exact_sums(
         start=start,
         end=end,
         now=now,
@@ -143,27 +141,6 @@ def statement(
         job_ids=job_ids,
         job_states=job_states,
     )
-    cards = {c.pk: c for c in RateCard.objects.all()}
-    weights = {
-        (w.rate_card_id, w.gpu_class_id): w.weight
-        for w in RateCardWeight.objects.filter(rate_card__in=cards)
-    }
-    sums: dict[tuple[Any, ...], _Sum] = {}
-    for row in rows:
-        *dims, class_id, card_id, denominator, device_us, gpu_us, still_open = row
-        card = cards.get(card_id) if card_id is not None else None
-        weight = weights.get((card_id, class_id)) if card is not None else None
-        currency = card.currency if card is not None and weight is not None else ""
-        acc = sums.setdefault((*dims, currency), _Sum())
-        acc.device += Fraction(int(device_us), MICROSECONDS_PER_HOUR)
-        gpu = Fraction(int(gpu_us), MICROSECONDS_PER_HOUR * int(denominator))
-        acc.gpu += gpu
-        if card is not None and weight is not None:
-            normalized = gpu * Fraction(weight)
-            acc.normalized += normalized
-            acc.cost += normalized * Fraction(card.price_per_normalized_gpu_hour)
-            acc.versions.add(card.version)
-        acc.provisional = acc.provisional or bool(still_open)
     names = _names(group_by, sums)
     lines = []
     for key, acc in sums.items():
@@ -188,6 +165,158 @@ def statement(
     return Statement(start=start, end=end, now=now, group_by=group_by, lines=lines)
 
 
+def exact_sums(
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    group_by: Sequence[str],
+    team_ids: Iterable[int] | None = None,
+    job_ids: Iterable[int] | None = None,
+    job_states: Sequence[str] | None = None,
+) -> dict[tuple[Any, ...], _Sum]:
+    """Exact, unrounded sums by (the ``group_by`` values — ids for team, GPU class and job —,
+    currency): what ``statement`` rounds into lines.
+
+    The window [``start``, ``end``) is cut at every rate-card change and every cost-center
+    change inside it; within each piece one card and, per team, one cost center hold. The
+    database sums, per group, the device-microseconds held in each piece (whole integers);
+    Python rates each piece with its card and turns the sums into hours and money with
+    Fractions."""
+    unknown = [g for g in group_by if g not in DIMENSIONS]
+    if unknown:
+        raise ValueError(f"cannot group by {', '.join(unknown)}")
+    teams = None if team_ids is None else list(team_ids)
+    jobs = None if job_ids is None else list(job_ids)
+    pieces = _Pieces.of(start=start, end=end, team_ids=teams)
+    columns = _key_columns(group_by)
+    keys = list(dict.fromkeys(columns.values()))
+    restrict = {
+        "teams": None if teams is None else len(teams),
+        "jobs": None if jobs is None else len(jobs),
+        "states": None if job_states is None else len(job_states),
+    }
+    vendor = connection.vendor
+    sql = statement_sql(vendor=vendor, keys=keys, pieces=len(pieces.edges) - 1, **restrict)
+    open_sql = statement_sql(vendor=vendor, keys=keys, still_open=True, **restrict)
+    params: dict[str, Any] = {"ws": _db_time(start), "we": _db_time(end), "now": _db_time(now)}
+    params.update({f"c{n}": _db_time(cut) for n, cut in enumerate(pieces.edges[1:-1])})
+    params.update({f"team_{n}": team for n, team in enumerate(teams or [])})
+    params.update({f"job_{n}": job for n, job in enumerate(jobs or [])})
+    params.update({f"state_{n}": state for n, state in enumerate(job_states or [])})
+    cards = {c.pk: c for c in RateCard.objects.all()}
+    weights = {
+        (w.rate_card_id, w.gpu_class_id): w.weight
+        for w in RateCardWeight.objects.filter(rate_card__in=cards)
+    }
+    sums: dict[tuple[Any, ...], _Sum] = {}
+    rows = _fetch(sql, params)
+    with connection.cursor() as cursor:
+        cursor.execute(open_sql, params)
+        still_open = {tuple(row) for row in cursor.fetchall()}
+    for row in rows:
+        values = {name: row[keys.index(column)] for name, column in columns.items()}
+        held, *before_cuts = (int(us or 0) for us in row[len(keys) :])
+        before = [0, *before_cuts, held]
+        by_piece = [before[n + 1] - before[n] for n in range(len(before) - 1)]
+        if not any(by_piece):
+            continue
+        class_id = values["class"]
+        share = Fraction(int(values["numerator"]), int(values["denominator"]))
+        for piece, device_us in enumerate(by_piece):
+            if not device_us and len(by_piece) > 1:
+                continue
+            card_id = pieces.cards[piece]
+            card = cards.get(card_id) if card_id is not None else None
+            weight = weights.get((card_id, class_id)) if card is not None else None
+            currency = card.currency if card is not None and weight is not None else ""
+            dims = []
+            for g in group_by:
+                if g == "cost_center":
+                    center = pieces.cost_center(values["cc_team"], piece)
+                    dims.append(values["cc_own"] if center is None else center)
+                else:
+                    dims.append(values[g])
+            acc = sums.setdefault((*dims, currency), _Sum())
+            device = Fraction(int(device_us), MICROSECONDS_PER_HOUR)
+            acc.device += device
+            gpu = device * share
+            acc.gpu += gpu
+            if card is not None and weight is not None:
+                normalized = gpu * Fraction(weight)
+                acc.normalized += normalized
+                acc.cost += normalized * Fraction(card.price_per_normalized_gpu_hour)
+                acc.versions.add(card.version)
+            acc.provisional = acc.provisional or tuple(row[: len(keys)]) in still_open
+    return sums
+
+
+def _key_columns(group_by: Sequence[str]) -> dict[str, str]:
+    """What the query groups by, by name: each dimension's column (for the cost center, the
+    team and the interval's own cost center: the team's history decides, piece by piece, in
+    Python), the class and the share."""
+    columns: dict[str, str] = {}
+    for g in group_by:
+        if g == "cost_center":
+            columns |= {"cc_team": "i.team_id", "cc_own": "i.cost_center"}
+        else:
+            columns[g] = DIMENSIONS[g]
+    return columns | {
+        "class": "i.gpu_class_id",
+        "numerator": "i.share_numerator",
+        "denominator": "i.share_denominator",
+    }
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """The report window cut at every rate-card and cost-center change inside it: piece ``n``
+    runs from ``edges[n]`` to ``edges[n + 1]``; ``cards[n]`` is the card in force in it (None
+    before the first card) and ``centers[team][n]`` the team's cost center (None before its
+    first history row: the interval's own cost center holds)."""
+
+    edges: tuple[datetime, ...]
+    cards: tuple[int | None, ...]
+    centers: dict[int, tuple[str | None, ...]]
+
+    @classmethod
+    def of(cls, *, start: datetime, end: datetime, team_ids: list[int] | None) -> _Pieces:
+        cards = list(
+            RateCard.objects.order_by("effective_from").values_list("effective_from", "pk")
+        )
+        teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=team_ids)
+        history: dict[int, list[tuple[datetime, str | None]]] = {
+            team_id: [] for team_id in teams.values_list("pk", flat=True)
+        }
+        rows = TeamCostCenter.objects.filter(team_id__in=list(history)).order_by("effective_from")
+        for team_id, at, named in rows.values_list("team_id", "effective_from", "cost_center"):
+            history[team_id].append((at, named))
+        changes = {at for at, _ in cards} | {at for h in history.values() for at, _ in h}
+        edges = (start, *sorted(at for at in changes if start < at < end), end)
+
+        def in_force(timeline: list[tuple[datetime, Any]], at: datetime) -> Any:
+            current = None
+            for since, value in timeline:
+                if since > at:
+                    break
+                current = value
+            return current
+
+        return cls(
+            edges=edges,
+            cards=tuple(in_force(cards, lo) for lo in edges[:-1]),
+            centers={
+                team_id: tuple(in_force(h, lo) for lo in edges[:-1])
+                for team_id, h in history.items()
+                if h
+            },
+        )
+
+    def cost_center(self, team_id: int, piece: int) -> str | None:
+        centers = self.centers.get(team_id)
+        return None if centers is None else centers[piece]
+
+
 def _names(group_by: Sequence[str], sums: dict[tuple[Any, ...], _Sum]) -> dict[str, dict]:
     """Ids → names for the team and GPU class dimensions (one query each)."""
     names: dict[str, dict] = {}
@@ -199,41 +328,7 @@ def _names(group_by: Sequence[str], sums: dict[tuple[Any, ...], _Sum]) -> dict[s
     return names
 
 
-def _grouped_rows(
-    *,
-    start: datetime,
-    end: datetime,
-    now: datetime,
-    group_by: Sequence[str],
-    team_ids: Iterable[int] | None,
-    job_ids: Iterable[int] | None,
-    job_states: Sequence[str] | None = None,
-) -> list[tuple[Any, ...]]:
-    """One row per (group, GPU class, rate card, share denominator): the dimensions, the class
-    id, the card id (None before the first card), the denominator, Σ microseconds × devices and
-    Σ microseconds × devices × share numerator, and whether any interval is still open."""
-    teams = None if team_ids is None else list(team_ids)
-    jobs = None if job_ids is None else list(job_ids)
-    cards, centers = _windows(start=start, end=end, team_ids=teams)
-    sql = statement_sql(
-        vendor=connection.vendor,
-        group_by=group_by,
-        cards=len(cards),
-        centers=len(centers),
-        teams=None if teams is None else len(teams),
-        jobs=None if jobs is None else len(jobs),
-        states=None if job_states is None else len(job_states),
-    )
-    params: dict[str, Any] = {"ws": _db_time(start), "we": _db_time(end), "now": _db_time(now)}
-    for n, (card_id, lo, hi) in enumerate(cards):
-        params.update({f"c{n}": card_id, f"c{n}f": _db_time(lo), f"c{n}t": _db_time(hi)})
-    for n, (team, center, lo, hi) in enumerate(centers):
-        params.update(
-            {f"h{n}": team, f"h{n}c": center, f"h{n}f": _db_time(lo), f"h{n}t": _db_time(hi)}
-        )
-    params.update({f"team_{n}": team for n, team in enumerate(teams or [])})
-    params.update({f"job_{n}": job for n, job in enumerate(jobs or [])})
-    params.update({f"state_{n}": state for n, state in enumerate(job_states or [])})
+def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     if connection.vendor != "postgresql":
         # (No transaction: on SQLite the portal's transactions are IMMEDIATE, a write lock.)
         with connection.cursor() as cursor:
@@ -244,6 +339,7 @@ def _grouped_rows(
         # sorts them (spilling to disk); hashing them is a third faster. For this query only:
         # SET LOCAL ends with the transaction, and is undone right after.
         cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params)
         rows = list(cursor.fetchall())
         cursor.execute("SET LOCAL enable_sort = on")
@@ -266,9 +362,9 @@ def microseconds_sql(vendor: str, start: str, end: str) -> str:
     """Whole microseconds from ``start`` to ``end`` (column expressions), exactly."""
     if vendor == "postgresql":
         # date_part is double precision: exact to well under a microsecond for any hold
-        # shorter than a century, so rounding gives the exact count, and it is much faster
-        # than EXTRACT's numeric.
-        return f"ROUND(date_part('epoch', {end} - {start}) * 1000000)::bigint"
+        # shorter than a century, so rounding (the cast to bigint rounds) gives the exact
+        # count, and it is much faster than EXTRACT's numeric.
+        return f"(date_part('epoch', {end} - {start}) * 1000000)::bigint"
     # SQLite stores the text 'YYYY-MM-DD HH:MM:SS[.ffffff]': whole seconds from the text without
     # its fraction (strftime would round it), then the microseconds. Exact, and no Python
     # function is called per row.
@@ -279,66 +375,30 @@ def microseconds_sql(vendor: str, start: str, end: str) -> str:
     )
 
 
-def _windows(
-    *, start: datetime, end: datetime, team_ids: list[int] | None
-) -> tuple[
-    list[tuple[int | None, datetime, datetime]], list[tuple[int, str | None, datetime, datetime]]
-]:
-    """The validity windows inside [``start``, ``end``) of the rate cards (before the first
-    card: None) and of each team's cost centers (before a team's first history row: None, the
-    interval's own cost center holds). Few rows: cards and cost-center changes are rare."""
-    froms = list(RateCard.objects.order_by("effective_from").values_list("pk", "effective_from"))
-    cards: list[tuple[int | None, datetime, datetime]] = []
-    bounds = [(None, start), *froms]
-    for n, (card_id, lo) in enumerate(bounds):
-        hi = bounds[n + 1][1] if n + 1 < len(bounds) else end
-        lo, hi = max(lo, start), min(hi, end)
-        if hi > lo:
-            cards.append((card_id, lo, hi))
-    history: dict[int, list[tuple[str | None, datetime]]] = {}
-    teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=team_ids)
-    for team_id in teams.values_list("pk", flat=True):
-        history[team_id] = [(None, start)]
-    rows = TeamCostCenter.objects.filter(team_id__in=list(history)).order_by("effective_from")
-    for team_id, named, at in rows.values_list("team_id", "cost_center", "effective_from"):
-        history[team_id].append((named, at))
-    centers: list[tuple[int, str | None, datetime, datetime]] = []
-    for team_id, changes in history.items():
-        for n, (center, lo) in enumerate(changes):
-            hi = changes[n + 1][1] if n + 1 < len(changes) else end
-            lo, hi = max(lo, start), min(hi, end)
-            if hi > lo:
-                centers.append((team_id, center, lo, hi))
-    return cards, centers
-
-
 def statement_sql(
     *,
     vendor: str,
-    group_by: Sequence[str],
-    cards: int = 1,
-    centers: int = 1,
+    keys: Sequence[str],
+    pieces: int = 1,
     teams: int | None = None,
     jobs: int | None = None,
     states: int | None = None,
+    still_open: bool = False,
 ) -> str:
-    """The statement query for ``vendor`` ("postgresql" or "sqlite"), with named parameters
-    ``ws`` and ``we`` (the window), ``now``; ``cards`` rate-card windows (``c0``, ``c0f``,
-    ``c0t``: card id or NULL, from, to) and ``centers`` cost-center windows (``h0``, ``h0c``,
-    ``h0f``, ``h0t``: team, cost center or NULL, from, to); and ``team_0``… / ``job_0``… /
-    ``state_0``… when ``teams`` / ``jobs`` / ``states`` (how many) restrict it.
+    """The statement query for ``vendor`` ("postgresql" or "sqlite"), grouped by the ``keys``
+    (columns of the intervals ``i``), with named parameters ``ws`` and ``we`` (the window),
+    ``now``, ``c0``… (the ``pieces - 1`` cuts between the window's pieces, in order), and
+    ``team_0``… / ``job_0``… / ``state_0``… when ``teams`` / ``jobs`` / ``states`` (how many)
+    restrict it. Its columns: the keys, Σ device-microseconds
+    held in the window, then for each inner edge Σ device-microseconds held before it (NULL for
+    none; intervals that held nothing in the window add zeros).
+    With ``still_open``: only the keys of the groups where an interval still open held GPUs in
+    the window (few rows, found by the index on ``ended_at``).
 
-    The windows are parameters (VALUES), not subqueries of the tables: PostgreSQL then plans a
-    parallel scan of the intervals with a hash join to a handful of rows."""
+    One pass with no join, grouped by plain columns (so PostgreSQL aggregates in parallel):
+    each interval is clipped to the window, and its length and its part before each cut are
+    summed as whole microseconds × its devices."""
     greatest, least = extremes(vendor)
-    micro = microseconds_sql(vendor, "p.ps", "p.pe")
-    if vendor == "postgresql":
-        still_open, any_open = "i.ended_at IS NULL", "BOOL_OR(p.still_open)"
-    else:
-        still_open = "CASE WHEN i.ended_at IS NULL THEN 1 ELSE 0 END"
-        any_open = "MAX(p.still_open)"
-    held_start = f"{greatest}(i.started_at, %(ws)s)"
-    held_end = f"{least}(COALESCE(i.ended_at, %(now)s), %(we)s)"
     filters = [
         "i.started_at < %(we)s",
         "i.started_at < %(now)s",
@@ -353,42 +413,30 @@ def statement_sql(
     if states is not None:
         names = ", ".join(f"%(state_{n})s" for n in range(states))
         filters.append(f"i.job_id IN (SELECT id FROM queues_job WHERE state IN ({names}))")
-    dims = "".join(f"{DIMENSIONS[g]} AS d_{g}, " for g in group_by)
-    group = ", ".join([*(f"p.d_{g}" for g in group_by), "p.gpu_class_id", "p.card_id"])
-    if vendor == "postgresql":
-        card_row = "(%(c{n})s::bigint, %(c{n}f)s::timestamptz, %(c{n}t)s::timestamptz)"
-        center_row = (
-            "(%(h{n})s::bigint, %(h{n}c)s::varchar, %(h{n}f)s::timestamptz, %(h{n}t)s::timestamptz)"
-        )
-    else:
-        card_row = "(%(c{n})s, %(c{n}f)s, %(c{n}t)s)"
-        center_row = "(%(h{n})s, %(h{n}c)s, %(h{n}f)s, %(h{n}t)s)"
-    # No window at all (an empty selection): one empty window keeps the query valid.
-    null_id = "NULL::bigint" if vendor == "postgresql" else "NULL"
-    null_text = "NULL::varchar" if vendor == "postgresql" else "NULL"
-    card_values = ", ".join(card_row.format(n=n) for n in range(cards)) or (
-        f"({null_id}, %(ws)s, %(ws)s)"
-    )
-    center_values = ", ".join(center_row.format(n=n) for n in range(centers)) or (
-        f"({null_id}, {null_text}, %(ws)s, %(ws)s)"
-    )
-    return f"""
-        WITH cw(card_id, cf, ct) AS (VALUES {card_values}),
-        hw(team_id, cost_center, hf, ht) AS (VALUES {center_values})
-        SELECT {group}, p.share_denominator,
-               SUM({micro} * p.devices),
-               SUM({micro} * p.devices * p.share_numerator),
-               {any_open}
-        FROM (
-            SELECT {dims}i.gpu_class_id, cw.card_id, i.share_denominator, i.share_numerator,
-                   i.devices, {still_open} AS still_open,
-                   {greatest}({held_start}, cw.cf, hw.hf) AS ps,
-                   {least}({held_end}, cw.ct, hw.ht) AS pe
-            FROM queues_usageinterval i
-            JOIN cw ON cw.cf < {held_end} AND cw.ct > {held_start}
-            JOIN hw ON hw.team_id = i.team_id AND hw.hf < {held_end} AND hw.ht > {held_start}
+    held_start = f"{greatest}(i.started_at, %(ws)s)"
+    held_end = f"{least}(COALESCE(i.ended_at, %(now)s), %(we)s)"
+    if still_open:
+        filters += ["i.ended_at IS NULL", f"{held_end} > {held_start}"]
+        return f"""
+            SELECT DISTINCT {", ".join(keys)} FROM queues_usageinterval i
             WHERE {" AND ".join(filters)}
-        ) p
-        WHERE p.pe > p.ps
-        GROUP BY {group}, p.share_denominator
+        """
+    cut = "%(c{n})s::timestamptz" if vendor == "postgresql" else "%(c{n})s"
+    # Σ held, then for each cut Σ held before it by the intervals that begin before it: a
+    # piece's part is the difference of two of these. Each expression is written once per sum
+    # (the database evaluates it per reference), and most intervals skip most filters.
+    sums = [f"SUM({microseconds_sql(vendor, held_start, held_end)} * i.devices)"]
+    for n in range(pieces - 1):
+        # (A cut lies inside the window: the window's own edges need no clipping here.)
+        before = f"{least}(COALESCE(i.ended_at, %(now)s), {cut.format(n=n)})"
+        sums.append(
+            f"SUM({microseconds_sql(vendor, held_start, before)} * i.devices)"
+            f" FILTER (WHERE i.started_at < {cut.format(n=n)})"
+        )
+    columns = ", ".join(keys)
+    return f"""
+        SELECT {columns}, {", ".join(sums)}
+        FROM queues_usageinterval i
+        WHERE {" AND ".join(filters)} AND {held_end} > {held_start}
+        GROUP BY {columns}
     """

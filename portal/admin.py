@@ -1,6 +1,10 @@
 from django.contrib import admin
 
+from portal.login_throttle import ThrottledAdminAuthenticationForm
 from portal.models import ApiToken
+
+# The admin's login says so when a username is locked out (portal.login_throttle).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 @admin.register(ApiToken)

@@ -15,12 +15,16 @@ class ErrorDetailSerializer(serializers.Serializer):
 
 
 class PortalAutoSchema(AutoSchema):
-    """Adds 401 (no or bad credentials) and 404 (unknown object, a job of another team, a page
-    past the end) to every operation, and 400 to writes and lists (bad fields or paging)."""
+    """Adds 401 (no or bad credentials), 404 (unknown object, a job of another team, a page
+    past the end) and 429 (over the caller's rate, with ``Retry-After``) to every operation,
+    400 to writes and lists (bad fields or paging), and 413 to writes (a body over
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE``)."""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
-        codes = ["401", "404"]
+        codes = ["401", "404", "429"]
+        if self.method in ("POST", "PUT", "PATCH"):
+            codes.append("413")
         if self.method in ("POST", "PUT", "PATCH") or self._is_list_view():
             codes.insert(0, "400")
         for code in codes:

@@ -14,6 +14,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.logs import LOG_FORMATS, logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -48,6 +50,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_filters",
     "django_htmx",
+    "csp",
     "auditlog",
     "portal",
     "queues",
@@ -55,7 +58,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.request_log.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.ApiBodyLimitMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -108,7 +114,40 @@ else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- Cache -------------------------------------------------------------------------------------
+# Login lock-outs and API throttles count here, so every web worker must see the same cache:
+# Redis when CACHE_URL (or, without it, a redis:// CELERY_BROKER_URL) says so, else a table in
+# the database (created by the migration portal 0002, like any other table).
+_cache_url = env.str("CACHE_URL", default="") or (
+    env.str("CELERY_BROKER_URL", default="")
+    if env.str("CELERY_BROKER_URL", default="").startswith(("redis://", "rediss://"))
+    else ""
+)
+if _cache_url.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _cache_url,
+            "KEY_PREFIX": "gpuportal",
+        }
+    }
+elif _cache_url == "locmem://":
+    # One process's memory: limits do not hold across workers. For tests and one-process runs.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+elif _cache_url:
+    raise ImproperlyConfigured(
+        f"CACHE_URL={_cache_url!r}: expected redis://…, rediss://… or locmem://"
+    )
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "portal_cache",
+        }
+    }
+
 # --- Authentication ----------------------------------------------------------------------------
+AUTHENTICATION_BACKENDS = ["portal.login_throttle.LoginThrottleBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -117,6 +156,45 @@ LOGIN_REDIRECT_URL = "queues:catalog"  # admins land on /manage/ (portal.views.L
 LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Login throttling (portal.login_throttle): this many failed logins for one username within the
+# lock-out time lock that username for the lock-out time, right password or not.
+LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+
+# --- HTTPS and headers -------------------------------------------------------------------------
+# Behind a TLS-terminating proxy, the proxy's header says the request came over HTTPS; set
+# SECURE_PROXY_SSL_HEADER=X-Forwarded-Proto only when the proxy always sets (or strips) it.
+_proxy_header = env.str("SECURE_PROXY_SSL_HEADER", default="")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
+)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+# /healthz answers over plain HTTP: load balancers and orchestrators probe it from inside.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+# The "preload" token only allows submitting the domain to browsers' preload list; it enrols
+# nothing by itself.
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): only the portal's own scripts, styles and images; no
+# inline script and no eval. plotly and htmx add inline styles (style-src 'unsafe-inline').
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 # --- Time, language, static files --------------------------------------------------------------
 LANGUAGE_CODE = "en-us"
@@ -159,6 +237,17 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
+    # Per user, counted in the shared cache; over the rate: 429 with Retry-After. (Every API
+    # endpoint needs credentials, and DRF checks them before rates: a caller without is 401.)
+    # Previews each simulate the whole cluster: their own, lower rate
+    # (queues.jobs.apis.PreviewRateThrottle).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env.str("API_THROTTLE_USER", default="600/min"),
+        "preview": env.str("API_THROTTLE_PREVIEW", default="30/min"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
@@ -166,6 +255,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "0.1.0",
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs page are for signed-in callers (a session or a token), like every
+    # other /api/ endpoint: anonymous is 401.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     # Swagger UI from the installed sidecar package: the docs page needs no CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -195,9 +287,13 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 CELERY_TIMEZONE = "UTC"
+# The worker logs through LOGGING below (JSON lines with the task's id), not Celery's own format.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
 # Submitting or cancelling asks for a reconcile right after the commit (requests coalesce).
 RECONCILE_ON_COMMIT = env.bool("RECONCILE_ON_COMMIT", default=True)
+# How long a reconcile's lease lasts: a worker killed mid-cycle holds it this long at most.
+RECONCILE_LEASE_SECONDS = env.float("RECONCILE_LEASE_SECONDS", default=120.0)
 # Chargeback closes last month once this many hours of the new month have passed (late usage
 # still lands in it until then; after, it becomes an adjustment of the next month).
 CHARGEBACK_CLOSE_GRACE_HOURS = env.int("CHARGEBACK_CLOSE_GRACE_HOURS", default=72)
@@ -228,12 +324,19 @@ CLUSTER_NETWORK_DOMAIN_LABEL = env.str(
 # --- Submissions ------------------------------------------------------------------------------
 # Registries jobs may pull images from (host names, comma-separated); empty: any registry.
 ALLOWED_IMAGE_REGISTRIES = env.list("ALLOWED_IMAGE_REGISTRIES", default=[])
+# Pending jobs one user may have waiting (all queues), and one queue may hold (all users): a
+# submission past either is refused naming the limit (queues.jobs.requests.pending_cap_errors).
+# They also bound what a preview simulates.
+MAX_PENDING_JOBS_PER_USER = env.int("MAX_PENDING_JOBS_PER_USER", default=200)
+MAX_PENDING_JOBS_PER_QUEUE = env.int("MAX_PENDING_JOBS_PER_QUEUE", default=2000)
+# What-ifs (another queue or capability class) a preview or a job's alternatives try at most:
+# each is a full plan of the cluster.
+MAX_ALTERNATIVES_TRIED = env.int("MAX_ALTERNATIVES_TRIED", default=12)
 
 # --- Logging -----------------------------------------------------------------------------------
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-}
+# One JSON object per line to standard error (LOG_FORMAT=json, the default unless DEBUG), or
+# text; every line carries the request's (or task's) id. See portal/logs.py.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text" if DEBUG else "json")
+if LOG_FORMAT not in LOG_FORMATS:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: expected one of json, text")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))

@@ -9,6 +9,7 @@ from django.db import IntegrityError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest
@@ -20,6 +21,7 @@ class TokenForm(forms.Form):
 
 
 @login_required
+@never_cache  # it shows a new key once: no browser or proxy may keep a copy
 def token_list(request: PortalRequest) -> HttpResponse:
     form = TokenForm(request.POST or None)
     new_key = None

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from portal import token_views, views
 
@@ -23,7 +23,10 @@ urlpatterns = [
     path("api/chargeback/", include("chargeback.api_urls")),
     path("api/", include("queues.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
+handler400 = "portal.views.bad_request"
+handler403 = "portal.views.permission_denied"
 handler404 = "portal.views.not_found"
+handler500 = "portal.views.error"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from portal.models import ApiToken
@@ -20,6 +21,14 @@ from tests.sim import sim_cluster, sim_cluster_factory  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    """Login lock-outs and API throttles count in the cache: each test starts from none."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture

@@ -155,6 +155,22 @@ class SimClusterHandle:
     def clear_faults(self) -> None:
         self.cluster.faults.clear()
 
+    def stop_server(self) -> None:
+        """The API server goes away (connections cut, watches ended); the cluster itself, its
+        pods and its clock go on, as when a control plane restarts."""
+        self.server.stop()
+
+    def start_server(self) -> None:
+        """The API server is back on the same address with the same token and the same state."""
+        old = self.server
+        self.server = SimServer(
+            self.cluster,
+            port=old.port,
+            token=old.token,
+            tick_interval=None,
+            bookmark_interval=old.bookmark_interval,
+        ).start()
+
     def close(self) -> None:
         for api in self._clients:
             api.close()

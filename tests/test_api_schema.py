@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import schemathesis
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.renderers import OpenApiJsonRenderer
 from hypothesis import HealthCheck, settings
+from rest_framework.throttling import SimpleRateThrottle
 
 from portal.models import ApiToken
 from portal.wsgi import application
 
-schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
+
+def openapi_schema() -> dict:
+    """The schema /api/schema/ serves, generated in-process (serving it needs credentials)."""
+    generated = SchemaGenerator().get_schema(request=None, public=True)
+    return json.loads(OpenApiJsonRenderer().render(generated))
+
+
+schema = schemathesis.openapi.from_dict(openapi_schema())
+schema.app = application
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +37,14 @@ def keep_the_test_connection():
     yield
     signals.request_started.connect(close_old_connections)
     signals.request_finished.connect(close_old_connections)
+
+
+@pytest.fixture(autouse=True)
+def rates_above_the_examples(monkeypatch):
+    # Hypothesis sends more requests a minute than a person may: 429 is documented, but here
+    # every example should reach the endpoint (tests/portal/test_limits.py tests the rates).
+    for scope in ("user", "preview"):
+        monkeypatch.setitem(SimpleRateThrottle.THROTTLE_RATES, scope, "100000/min")
 
 
 @pytest.fixture

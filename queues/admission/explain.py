@@ -42,19 +42,23 @@ class Explanation:
 
     status: PendingStatus | None
     alternatives: tuple[Alternative, ...]
+    untried: int = 0  # what-ifs left out because ``max_trials`` was reached
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status.to_dict() if self.status else None,
             "alternatives": [a.to_dict() for a in self.alternatives],
+            "untried": self.untried,
         }
 
 
-def explain(snapshot: Snapshot, job_id: JobId) -> Explanation:
+def explain(snapshot: Snapshot, job_id: JobId, *, max_trials: int | None = None) -> Explanation:
     """Re-plan ``snapshot`` with ``job_id`` moved to every other queue its team may use and every
     capability class that queue accepts; keep those that start it sooner than now estimated.
 
-    Raises ``KeyError`` if ``job_id`` is not pending in ``snapshot``."""
+    Each what-if is a full plan: ``max_trials`` bounds how many are tried (by queue name, then
+    capability class); ``untried`` says how many were left out. Raises ``KeyError`` if
+    ``job_id`` is not pending in ``snapshot``."""
     job = next((p for p in snapshot.pending if p.id == job_id), None)
     if job is None:
         raise KeyError(job_id)
@@ -64,26 +68,30 @@ def explain(snapshot: Snapshot, job_id: JobId) -> Explanation:
     if current is None:
         return Explanation(status=None, alternatives=())
     baseline = current.estimated_start.at
+    trials = [
+        (queue.name, capability)
+        for queue in sorted(snapshot.queues, key=lambda q: q.name)
+        if not queue.teams or job.team in queue.teams
+        for capability in sorted(
+            queue.capability_classes or tuple(c.name for c in snapshot.capability_classes)
+        )
+        if (queue.name, capability) != (job.queue, job.capability)
+    ]
+    untried = 0 if max_trials is None else max(0, len(trials) - max_trials)
     found: list[Alternative] = []
-    for queue in sorted(snapshot.queues, key=lambda q: q.name):
-        if queue.teams and job.team not in queue.teams:
+    for queue_name, capability in trials[: len(trials) - untried]:
+        moved = dataclasses.replace(job, queue=queue_name, capability=capability)
+        trial = dataclasses.replace(
+            snapshot,
+            pending=tuple(moved if p.id == job_id else p for p in snapshot.pending),
+        )
+        result = plan(trial)
+        if result.admission(job_id) is not None:
+            found.append(Alternative(queue_name, capability, snapshot.now, True))
             continue
-        accepted = queue.capability_classes or tuple(c.name for c in snapshot.capability_classes)
-        for capability in sorted(accepted):
-            if (queue.name, capability) == (job.queue, job.capability):
-                continue
-            moved = dataclasses.replace(job, queue=queue.name, capability=capability)
-            trial = dataclasses.replace(
-                snapshot,
-                pending=tuple(moved if p.id == job_id else p for p in snapshot.pending),
-            )
-            result = plan(trial)
-            if result.admission(job_id) is not None:
-                found.append(Alternative(queue.name, capability, snapshot.now, True))
-                continue
-            status = result.status(job_id)
-            start = status.estimated_start.at if status else None
-            if start is not None and (baseline is None or start < baseline):
-                found.append(Alternative(queue.name, capability, start, False))
+        status = result.status(job_id)
+        start = status.estimated_start.at if status else None
+        if start is not None and (baseline is None or start < baseline):
+            found.append(Alternative(queue_name, capability, start, False))
     found.sort(key=lambda a: (a.starts_at, a.queue, a.capability))
-    return Explanation(status=current, alternatives=tuple(found))
+    return Explanation(status=current, alternatives=tuple(found), untried=untried)

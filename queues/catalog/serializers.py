@@ -15,6 +15,7 @@ from queues.models import CapabilityClass, GpuClass, Queue, Team
 from queues.policy.parse import QUEUE_FIELDS
 
 
+@extend_schema_field({"type": "string", "example": "4h"})
 class DurationText(serializers.Field):
     """A duration as the policy writes it (``"4h"``, ``"1h30m"``), plus seconds alongside."""
 

@@ -35,6 +35,8 @@ from rest_framework.exceptions import (
 )
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
 from portal.http import signed_in
@@ -134,6 +136,12 @@ class JobFilter(django_filters.FilterSet):
 JOB_NOT_FOUND = _error("No such job, or a job of a team you are not in.")
 
 
+class PreviewRateThrottle(UserRateThrottle):
+    """Previews per user (``API_THROTTLE_PREVIEW``), on top of the user's rate for everything."""
+
+    scope = "preview"
+
+
 @extend_schema(tags=["jobs"])
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Your own and your teams' jobs (admins: every job): submit, preview, follow, cancel."""
@@ -227,7 +235,14 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         request=JobSubmitSerializer,
         responses={200: PreviewSerializer, 400: _error("Field → list of messages.")},
     )
-    @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
+    @action(
+        detail=False,
+        methods=["post"],
+        filter_backends=[],
+        pagination_class=None,
+        # Each preview simulates the whole cluster: a rate of its own besides the user's.
+        throttle_classes=[*api_settings.DEFAULT_THROTTLE_CLASSES, PreviewRateThrottle],
+    )
     def preview(self, request: Request) -> Response:
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -372,10 +387,24 @@ class JobTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
+class JobRateThrottle(SimpleRateThrottle):
+    """The user rate (``API_THROTTLE_USER``), counted per job for a job's own token (a job has no
+    user id to count by), per client address otherwise."""
+
+    scope = "user"
+
+    def get_cache_key(self, request: Request, view: Any) -> str:
+        principal = request.user
+        if isinstance(principal, JobPrincipal):
+            return self.cache_format % {"scope": "job", "ident": principal.job_id}
+        return self.cache_format % {"scope": "anon", "ident": self.get_ident(request)}
+
+
 class JobCheckpointView(APIView):
     """A running job reports a checkpoint it has just written, with its own token."""
 
     authentication_classes = [JobTokenAuthentication]
+    throttle_classes = [JobRateThrottle]
 
     def permission_denied(
         self, request: Request, message: str | None = None, code: str | None = None

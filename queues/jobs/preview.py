@@ -8,10 +8,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from queues import admission as engine
-from queues.jobs.requests import JobRequest, job_request_errors
+from queues.jobs.requests import JobRequest, job_request_errors, pending_cap_errors
 from queues.jobs.selectors import hourly_cost
 from queues.reconcile.snapshot import snapshot_build
 
@@ -30,6 +31,7 @@ class Preview:
     why_unknown: str = ""
     reasons: tuple[engine.PendingReason, ...] = ()
     alternatives: tuple[engine.Alternative, ...] = ()
+    alternatives_untried: int = 0
     cost_per_hour: Decimal | None = None
     currency: str = ""
 
@@ -47,6 +49,7 @@ class Preview:
             "why_unknown": self.why_unknown,
             "reasons": [r.to_dict() for r in self.reasons],
             "alternatives": [a.to_dict() for a in self.alternatives],
+            "alternatives_untried": self.alternatives_untried,
             "cost_per_hour": str(self.cost_per_hour) if self.cost_per_hour is not None else None,
             "currency": self.currency or None,
         }
@@ -54,8 +57,13 @@ class Preview:
 
 def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
     """Would ``request`` start now, or when, on which GPU class, why it would wait, what would
-    start it sooner, and what it costs per hour. Invalid requests return their errors only."""
-    errors = job_request_errors(request)
+    start it sooner, and what it costs per hour. Invalid requests (the pending-job caps
+    included) return their errors only.
+
+    Its cost: one plan of the cluster with every pending job (at most
+    ``MAX_PENDING_JOBS_PER_QUEUE`` per queue) plus one per alternative tried (at most
+    ``MAX_ALTERNATIVES_TRIED``)."""
+    errors = job_request_errors(request) or pending_cap_errors([request]).get(0, {})
     if errors:
         return Preview(errors=errors)
     now = now or timezone.now()
@@ -90,7 +98,9 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
             currency=cost.currency if cost else "",
         )
     status = plan.status(PREVIEW_JOB_ID)
-    explanation = engine.explain(snapshot, PREVIEW_JOB_ID)
+    explanation = engine.explain(
+        snapshot, PREVIEW_JOB_ID, max_trials=settings.MAX_ALTERNATIVES_TRIED
+    )
     cheapest = _cheapest_class(request, snapshot)
     cost = (
         hourly_cost(gpu_class=cheapest, gpu_equivalents=request.gpu_equivalents, at=now)
@@ -104,6 +114,7 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         why_unknown=status.estimated_start.why_unknown if status else "",
         reasons=status.reasons if status else (),
         alternatives=explanation.alternatives,
+        alternatives_untried=explanation.untried,
         cost_per_hour=cost.amount if cost else None,
         currency=cost.currency if cost else "",
     )
@@ -121,11 +132,12 @@ def _cheapest_class(request: JobRequest, snapshot: engine.Snapshot) -> str:
     return matches.matches[0] if matches.matches else ""
 
 
-def job_alternatives(*, job_id: int, now: datetime | None = None) -> tuple[engine.Alternative, ...]:
+def job_alternatives(*, job_id: int, now: datetime | None = None) -> engine.Explanation | None:
     """Other queues and capability classes that would start a pending job sooner (on demand:
-    each is a full plan). Empty when the job is not pending or nothing would be sooner."""
+    each is a full plan, at most ``MAX_ALTERNATIVES_TRIED`` of them). None when the job is not
+    pending."""
     snapshot = snapshot_build(now=now or timezone.now())
     try:
-        return engine.explain(snapshot, job_id).alternatives
+        return engine.explain(snapshot, job_id, max_trials=settings.MAX_ALTERNATIVES_TRIED)
     except KeyError:
-        return ()
+        return None

@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db.models import Exists, Q
+from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
 from portal.formatting import display, format_duration
@@ -28,6 +29,8 @@ from queues.admission.asks import pods_held
 from queues.models import (
     CapabilityClass,
     GpuClass,
+    Job,
+    JobState,
     Node,
     Queue,
     Quota,
@@ -39,8 +42,6 @@ from queues.rates import gpu_amount
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-    from queues.models import Job
 
 # Integer columns are 32-bit on PostgreSQL: a larger number would fail in the database.
 INT_MAX = 2_147_483_647
@@ -244,6 +245,56 @@ def _duration_problem(value: timedelta | None) -> str | None:
     if value > MAX_DURATION:
         return f"must be at most {format_duration(MAX_DURATION)}"
     return None
+
+
+# The key under which a refusal that concerns no single field is reported (DRF's own name; the
+# form shows it above the fields).
+NON_FIELD = "non_field_errors"
+
+
+def pending_cap_errors(requests: Sequence[JobRequest]) -> dict[int, dict[str, list[str]]]:
+    """Which of ``requests`` (one submission, or a batch in order) would take its owner past
+    ``MAX_PENDING_JOBS_PER_USER`` pending jobs (all queues) or its queue past
+    ``MAX_PENDING_JOBS_PER_QUEUE`` (all users), counting the jobs already pending and those of
+    the batch before it; by position. A cap keeps one script from filling the queue for everyone
+    and bounds what each reconcile and preview simulates. The caller holds the owners' and
+    queues' rows locked (``select_for_update``) so that concurrent submissions are counted."""
+    per_user, per_queue = settings.MAX_PENDING_JOBS_PER_USER, settings.MAX_PENDING_JOBS_PER_QUEUE
+    owners = {r.owner.pk for r in requests}
+    queues = {r.queue.pk: r.queue for r in requests}
+    pending = Job.objects.filter(state=JobState.PENDING)
+    by_owner = Counter(
+        dict(
+            pending.filter(owner_id__in=owners)
+            .values("owner_id")
+            .annotate(n=Count("id"))
+            .values_list("owner_id", "n")
+        )
+    )
+    by_queue = Counter(
+        dict(
+            pending.filter(queue_id__in=queues)
+            .values("queue_id")
+            .annotate(n=Count("id"))
+            .values_list("queue_id", "n")
+        )
+    )
+    errors: dict[int, dict[str, list[str]]] = {}
+    for index, request in enumerate(requests):
+        by_owner[request.owner.pk] += 1
+        by_queue[request.queue.pk] += 1
+        if by_owner[request.owner.pk] > per_user:
+            errors.setdefault(index, {}).setdefault(NON_FIELD, []).append(
+                f"{request.owner.get_username()} would have {by_owner[request.owner.pk]:,} "
+                f"pending jobs: at most {per_user:,} may wait at once (MAX_PENDING_JOBS_PER_USER); "
+                "cancel some or wait for them to start"
+            )
+        if by_queue[request.queue.pk] > per_queue:
+            errors.setdefault(index, {}).setdefault("queue", []).append(
+                f"queue {request.queue.name} would hold {by_queue[request.queue.pk]:,} pending "
+                f"jobs: at most {per_queue:,} may wait in one queue (MAX_PENDING_JOBS_PER_QUEUE)"
+            )
+    return errors
 
 
 def request_term_errors(

@@ -21,7 +21,7 @@ from portal.formatting import format_duration, parse_duration
 from queues.admission.reasons import ReasonCode
 from queues.catalog.serializers import DurationText
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
-from queues.models import NAME, CapabilityClass, Job, JobEvent, JobState, Queue, Team
+from queues.models import NAME, CapabilityClass, CapacityKind, Job, JobEvent, JobState, Queue, Team
 
 MAX_BATCH = 500  # submissions in one POST /api/jobs/batch/
 
@@ -205,6 +205,12 @@ class JobSerializer(serializers.ModelSerializer):
     capability_class = serializers.CharField(source="capability_class.name", read_only=True)
     gpu_class = serializers.CharField(source="gpu_class.name", read_only=True, allow_null=True)
     state = serializers.ChoiceField(choices=JobState.choices, read_only=True)
+    capacity_kind = serializers.ChoiceField(
+        choices=CapacityKind.choices,
+        allow_blank=True,
+        read_only=True,
+        help_text="Whose GPUs it runs on: empty until it is admitted.",
+    )
     runtime_limit = DurationOutput(read_only=True)
     checkpoint_interval = DurationOutput(read_only=True, allow_null=True)
     nodes = serializers.ListField(
@@ -317,6 +323,10 @@ class PreviewSerializer(serializers.Serializer):
     why_unknown = serializers.CharField(allow_blank=True)
     reasons = PendingReasonSerializer(many=True, help_text="The binding reason first.")
     alternatives = AlternativeSerializer(many=True, help_text="Soonest first.")
+    alternatives_untried = serializers.IntegerField(
+        help_text="Other queue and capability class combinations not tried: a preview tries at "
+        "most MAX_ALTERNATIVES_TRIED (each is a full plan of the cluster)."
+    )
     cost_per_hour = serializers.CharField(
         allow_null=True, help_text="A decimal number as text: currency per hour on gpu_class."
     )

@@ -9,7 +9,12 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from queues.jobs.requests import JobRequest, job_request_errors, requests_prefetch
+from queues.jobs.requests import (
+    JobRequest,
+    job_request_errors,
+    pending_cap_errors,
+    requests_prefetch,
+)
 from queues.models import (
     ACTIVE_JOB_STATES,
     K8S_JOB_STATES,
@@ -17,6 +22,7 @@ from queues.models import (
     Job,
     JobEvent,
     JobState,
+    Queue,
 )
 from queues.reconcile.tasks import request_reconcile
 
@@ -79,7 +85,10 @@ def job_submit(*, request: JobRequest) -> Job:
     errors = job_request_errors(request)
     if errors:
         raise JobRejected(errors)
-    return _jobs_store([request])[0]
+    with transaction.atomic():
+        if over := _lock_and_check_caps([request]):
+            raise JobRejected(over[0])
+        return _jobs_store([request])[0]
 
 
 class BatchRejected(Exception):
@@ -103,7 +112,29 @@ def job_submit_batch(*, requests: list[JobRequest]) -> list[Job]:
             errors[index] = refused
     if errors:
         raise BatchRejected(errors)
-    return _jobs_store(requests)
+    with transaction.atomic():
+        if over := _lock_and_check_caps(requests):
+            raise BatchRejected(over)
+        return _jobs_store(requests)
+
+
+def _lock_and_check_caps(requests: list[JobRequest]) -> dict[int, dict[str, list[str]]]:
+    """Lock the owners' and queues' rows (in a fixed order, so two submissions never deadlock),
+    then count pending jobs: concurrent submissions of one user or to one queue are counted one
+    after the other, never both under the cap. Must run inside the storing transaction."""
+    list(
+        User.objects.select_for_update()
+        .filter(pk__in={r.owner.pk for r in requests})
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    list(
+        Queue.objects.select_for_update()
+        .filter(pk__in={r.queue.pk for r in requests})
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    return pending_cap_errors(requests)
 
 
 def _jobs_store(requests: list[JobRequest]) -> list[Job]:

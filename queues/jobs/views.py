@@ -109,8 +109,16 @@ def job_alternatives_view(request: PortalRequest, job_id: int) -> HttpResponse:
     """What would start a waiting job sooner: each what-if is a full plan, so the job page
     loads this part after itself instead of waiting for it."""
     job = _visible_job(request, job_id)
-    alternatives = job_alternatives(job_id=job.pk) if job.state == JobState.PENDING else ()
-    return render(request, "jobs/_alternatives.html", {"job": job, "alternatives": alternatives})
+    explanation = job_alternatives(job_id=job.pk) if job.state == JobState.PENDING else None
+    return render(
+        request,
+        "jobs/_alternatives.html",
+        {
+            "job": job,
+            "alternatives": explanation.alternatives if explanation else (),
+            "untried": explanation.untried if explanation else 0,
+        },
+    )
 
 
 @login_required

@@ -154,7 +154,9 @@ def queue_policy_fields(queue: Queue) -> dict[str, Any]:
 
 
 class _PolicyDumper(yaml.SafeDumper):
-    pass
+    def ignore_aliases(self, data: Any) -> bool:
+        # Written out in full: the policy reader refuses aliases (queues/policy/parse.py).
+        return True
 
 
 def _represent_decimal(dumper: yaml.SafeDumper, value: Decimal) -> yaml.Node:

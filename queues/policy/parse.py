@@ -11,6 +11,7 @@ Validation is all-or-nothing: every problem found is collected, each naming the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -76,16 +77,37 @@ class PolicyError(Exception):
 # --- Canonical values ----------------------------------------------------------------------------
 
 
-def parse_decimal(value: Any) -> Decimal:
+# Whole digits the database keeps of each kind of number (queues.models: decimal columns'
+# max_digits minus decimal_places; 32-bit integer columns).
+AMOUNT_DIGITS = 7  # GPU-equivalents
+WEIGHT_DIGITS = 5  # fair-share and rate-card weights
+PRICE_DIGITS = 8
+INT_MAX = 2_147_483_647
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message shows it: never more than 40 characters of it."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(text):,} characters)"
+
+
+def parse_decimal(value: Any, *, digits: int = PRICE_DIGITS) -> Decimal:
+    """A finite number with at most ``digits`` whole digits."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
-        raise ValueError(f"{value!r} is not a number")
+        raise ValueError(f"{_shown(value)} is not a number")
     try:
         number = Decimal(str(value).strip())
     except InvalidOperation as exc:
-        raise ValueError(f"{value!r} is not a number") from exc
+        raise ValueError(f"{_shown(value)} is not a number") from exc
     if not number.is_finite():
-        raise ValueError(f"{value!r} is not a finite number")
+        raise ValueError(f"{_shown(value)} is not a finite number")
+    if abs(number) >= 10**digits:
+        raise ValueError(f"{_shown(value)} is too large (at most {10**digits - 1:,})")
     return number
+
+
+def parse_weight(value: Any) -> Decimal:
+    return parse_decimal(value, digits=WEIGHT_DIGITS)
 
 
 def parse_gpu_amount(value: Any) -> Decimal:
@@ -94,10 +116,12 @@ def parse_gpu_amount(value: Any) -> Decimal:
         try:
             fraction = Fraction(value.strip())
         except (ValueError, ZeroDivisionError) as exc:
-            raise ValueError(f"{value!r} is not a number or a fraction like '3/7'") from exc
+            raise ValueError(f"{_shown(value)} is not a number or a fraction like '3/7'") from exc
         number = Decimal(fraction.numerator) / Decimal(fraction.denominator)
     else:
-        number = parse_decimal(value)
+        number = parse_decimal(value, digits=AMOUNT_DIGITS)
+    if abs(number) >= 10**AMOUNT_DIGITS:
+        raise ValueError(f"{_shown(value)} is too large (at most {10**AMOUNT_DIGITS - 1:,})")
     return number.quantize(GPU_AMOUNT_PLACES)
 
 
@@ -109,11 +133,13 @@ def parse_datetime(value: Any) -> datetime:
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError as exc:
-            raise ValueError(f"{value!r} is not a timestamp like 2026-01-01T00:00:00Z") from exc
+            raise ValueError(
+                f"{_shown(value)} is not a timestamp like 2026-01-01T00:00:00Z"
+            ) from exc
     elif isinstance(value, date):
         raise ValueError(f"{value} is a date; give a time and zone, e.g. {value}T00:00:00Z")
     else:
-        raise ValueError(f"{value!r} is not a timestamp like 2026-01-01T00:00:00Z")
+        raise ValueError(f"{_shown(value)} is not a timestamp like 2026-01-01T00:00:00Z")
     if parsed.tzinfo is None:
         raise ValueError(f"{value} has no time zone; add one, e.g. 'Z' for UTC")
     return parsed.astimezone(UTC)
@@ -131,10 +157,57 @@ def sorted_precisions(values: Iterable[str]) -> list[str]:
 # --- Reading the file ----------------------------------------------------------------------------
 
 
+# Bounds on a policy file, checked before and while it is read: a real policy is a few hundred
+# lines, nested four deep, with descriptions of a sentence or two.
+MAX_POLICY_BYTES = 1_000_000
+MAX_POLICY_DEPTH = 12
+MAX_POLICY_TEXT = 10_000  # characters in one string
+
+
+class _PolicyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases and nesting deeper than ``MAX_POLICY_DEPTH``.
+
+    An alias (``*name``) lets a few lines expand to billions of values (the "billion laughs");
+    a policy never needs one. Nesting is refused while composing, before Python's recursion
+    limit is reached."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases (*{event.anchor}) are not accepted: write the value out",
+                event.start_mark,
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_POLICY_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested more than {MAX_POLICY_DEPTH} levels deep",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
 def load_policy_text(text: str) -> Any:
-    """YAML → plain data; a syntax error names its line and column."""
+    """YAML → plain data; a syntax error names its line and column. Refuses a file over
+    ``MAX_POLICY_BYTES``, aliases, nesting deeper than ``MAX_POLICY_DEPTH``, strings over
+    ``MAX_POLICY_TEXT`` characters and numbers that are not finite (``.nan``, ``.inf``, ``1e400``),
+    each naming where."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_POLICY_BYTES:
+        raise PolicyError(
+            [Problem("yaml", None, f"the file is {size:,} bytes; at most {MAX_POLICY_BYTES:,}")]
+        )
     try:
-        return yaml.safe_load(text)
+        data = yaml.load(text, Loader=_PolicyLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -143,6 +216,34 @@ def load_policy_text(text: str) -> Any:
         ) from exc
     except yaml.YAMLError as exc:
         raise PolicyError([Problem("yaml", None, f"syntax error: {exc}")]) from exc
+    except RecursionError as exc:  # the depth cap should come first; never a traceback
+        raise PolicyError([Problem("yaml", None, "nested too deeply")]) from exc
+    problems = list(_value_problems(data, "yaml"))
+    if problems:
+        raise PolicyError(problems)
+    return data
+
+
+def _value_problems(value: Any, where: str) -> Iterable[Problem]:
+    """Oversized strings and non-finite numbers anywhere in the loaded data, each named by where
+    it sits (``queues[batch].description``, ``teams[2]``)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and len(key) > MAX_POLICY_TEXT:
+                yield Problem(where, None, f"a key of {len(key):,} characters")
+                continue
+            yield from _value_problems(item, f"{where}.{key}" if where != "yaml" else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            name = item.get("name") if isinstance(item, dict) else None
+            label = name if isinstance(name, str) and len(name) <= 100 else index
+            yield from _value_problems(item, f"{where}[{label}]")
+    elif isinstance(value, str) and len(value) > MAX_POLICY_TEXT:
+        yield Problem(
+            where, None, f"{len(value):,} characters; at most {MAX_POLICY_TEXT:,} in one value"
+        )
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield Problem(where, None, f"{value} is not a finite number")
 
 
 class _Entry:
@@ -192,25 +293,27 @@ class _Entry:
 
 def _text(value: Any) -> str:
     if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise ValueError(f"{value!r} is not text")
+        raise ValueError(f"{_shown(value)} is not text")
     return str(value).strip()
 
 
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{value!r} is not a whole number")
+        raise ValueError(f"{_shown(value)} is not a whole number")
+    if abs(value) > INT_MAX:
+        raise ValueError(f"{_shown(value)} is too large (at most {INT_MAX:,})")
     return value
 
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"{value!r} is not true or false")
+        raise ValueError(f"{_shown(value)} is not true or false")
     return value
 
 
 def _name_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{value!r} is not a list of names")
+        raise ValueError(f"{_shown(value)} is not a list of names")
     return sorted(set(value))
 
 
@@ -482,7 +585,7 @@ def _parse_teams(
             "namespace": namespace,
             "cost_center": entry.get("cost_center", _text),
             "fair_share_weight": entry.get(
-                "fair_share_weight", parse_decimal, default=Decimal(1), check=_positive
+                "fair_share_weight", parse_weight, default=Decimal(1), check=_positive
             ),
             "members": entry.get("members", _usernames, default=[]),
             "quotas": dict(sorted(quotas.items())),
@@ -641,7 +744,7 @@ def _job_priority(entry: _Entry) -> dict[str, int]:
     for key in ("min", "default", "max"):
         value = raw.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int):
-            entry.problem(f"job_priority.{key}", f"{value!r} is not a whole number")
+            entry.problem(f"job_priority.{key}", f"{_shown(value)} is not a whole number")
             value = 0
         bounds[key] = value
     for key in raw:
@@ -812,7 +915,7 @@ def _parse_rate_cards(
                 entry.problem(f"weights.{gpu_class}", f"unknown GPU class {gpu_class!r}")
                 continue
             try:
-                value = parse_decimal(weight)
+                value = parse_weight(weight)
             except ValueError as exc:
                 entry.problem(f"weights.{gpu_class}", str(exc))
                 continue

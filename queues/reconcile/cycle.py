@@ -17,6 +17,7 @@ import logging
 import time
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -47,7 +48,6 @@ from queues.reconcile.view import ClusterView, CycleReport, read_cluster
 logger = logging.getLogger(__name__)
 
 LEASE = "reconcile"
-LEASE_TTL = timedelta(minutes=2)
 
 
 # --- The cycle -----------------------------------------------------------------------------------
@@ -65,7 +65,8 @@ def reconcile_cycle(
     of listing."""
     started = time.monotonic()
     report = CycleReport()
-    if not lease_acquire(name=LEASE, holder=holder, ttl=LEASE_TTL):
+    ttl = timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
+    if not lease_acquire(name=LEASE, holder=holder, ttl=ttl):
         report.ran = False
         return report
     calls_before = cluster.calls
@@ -114,7 +115,12 @@ def cluster_unreachable(error: str, *, now: datetime) -> datetime:
     ClusterStatus.objects.filter(pk=1).update(
         reachable=False, unreachable_since=since, last_error=error[:2000]
     )
-    logger.warning("cluster unreachable since %s: %s", since.isoformat(), error)
+    logger.warning(
+        "cluster unreachable since %s: %s",
+        since.isoformat(),
+        error,
+        extra={"cluster_unreachable_since": since.isoformat(), "error": error},
+    )
     return since
 
 
@@ -149,7 +155,11 @@ def unknown_jobs(view: ClusterView) -> list[str]:
         if job_id not in known
     )
     for name in unknown:
-        logger.warning("Job %s has the portal's labels but no job in the database", name)
+        logger.warning(
+            "Job %s has the portal's labels but no job in the database",
+            name,
+            extra={"cluster_object": f"jobs.batch/{name}"},
+        )
     return unknown
 
 

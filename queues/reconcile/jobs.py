@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,8 @@ from queues.models import (
     JobState,
 )
 from queues.reconcile.view import ClusterView, CycleReport
+
+logger = logging.getLogger(__name__)
 
 # An admitted job whose pods the cluster cannot all start within this long is rolled back to
 # pending (the scheduler's message is kept in its history).
@@ -67,6 +70,14 @@ def job_transition(
                 job_id=job.pk, at=now, kind=kind, message=message, details=details or {}
             )
     if moved:
+        logger.info(
+            "job %s: %s → %s: %s",
+            job.pk,
+            job.state,
+            to,
+            message,
+            extra={"job_id": job.pk, "from_state": job.state, "to_state": to, "event": kind},
+        )
         job.state = to
     return bool(moved)
 

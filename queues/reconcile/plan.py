@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -32,6 +33,8 @@ from queues.models import (
 from queues.reconcile.jobs import TERMINATING_STATES, job_transition
 from queues.reconcile.leases import lease_acquire
 from queues.reconcile.view import ClusterView, CycleReport
+
+logger = logging.getLogger(__name__)
 
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
@@ -369,7 +372,19 @@ def cluster_apply(
                 _create_refused(job, exc, now=now, report=report)
                 continue
             report.jobs_created += int(created)
-            created_names.append((job.pk, manifest["metadata"]["name"]))
+            name = manifest["metadata"]["name"]
+            logger.info(
+                "job %s: Kubernetes Job %s/%s %s",
+                job.pk,
+                job.team.namespace,
+                name,
+                "created" if created else "already existed",
+                extra={
+                    "job_id": job.pk,
+                    "cluster_object": f"jobs.batch/{job.team.namespace}/{name}",
+                },
+            )
+            created_names.append((job.pk, name))
     finally:
         # The names of the Jobs created, in one commit (also when the cluster stopped
         # answering halfway); a crash before it loses nothing: the next cycle's create finds
@@ -385,7 +400,16 @@ def cluster_apply(
     pods_of = view.pods_of()
     for job in ending:
         if job.pk in view.jobs:
-            report.jobs_deleted += int(cluster.delete_job(job.team.namespace, job_name(job.pk)))
+            deleted = cluster.delete_job(job.team.namespace, job_name(job.pk))
+            report.jobs_deleted += int(deleted)
+            name = f"{job.team.namespace}/{job_name(job.pk)}"
+            logger.info(
+                "job %s: Kubernetes Job %s %s",
+                job.pk,
+                name,
+                "deleted" if deleted else "already gone",
+                extra={"job_id": job.pk, "cluster_object": f"jobs.batch/{name}"},
+            )
             continue
         # The Job is gone but its pods run on: deleted without cascading (kubectl's default for
         # a batch/v1 Job is to orphan them). They hold GPUs until they stop: stop them.
@@ -394,6 +418,13 @@ def cluster_apply(
             if pod.deleted_at is None:
                 report.orphans_deleted += int(
                     cluster.delete_pod(pod.namespace, pod.name, grace_seconds=grace)
+                )
+                logger.info(
+                    "job %s: orphaned pod %s/%s deleted",
+                    job.pk,
+                    pod.namespace,
+                    pod.name,
+                    extra={"job_id": job.pk, "cluster_object": f"pods/{pod.namespace}/{pod.name}"},
                 )
 
 

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 import uuid
 from datetime import timedelta
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
+from portal.logs import REQUEST_ID
 from queues.cluster.adapter import cluster_from_settings
 from queues.cluster.mirror import ClusterMirror
 from queues.models import Lease
 from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.leases import lease_acquire
 from queues.reconcile.trigger import Coalescer
+
+logger = logging.getLogger(__name__)
 
 REQUEST = "reconcile-request"
 # A request older than this is assumed lost (its message dropped) and the next one enqueues.
@@ -61,6 +66,7 @@ def worker_mirror_stop() -> None:
 
 
 @shared_task(
+    bind=True,
     name="queues.reconcile",
     acks_late=True,
     ignore_result=True,
@@ -74,19 +80,28 @@ def worker_mirror_stop() -> None:
     retry_jitter=True,
     max_retries=3,
 )
-def reconcile() -> str:
+def reconcile(self: Task) -> str:
     """One reconcile cycle. Submissions and cancellations ask for one as they commit, the
     worker's watch as soon as GPUs are given back, and beat runs one every few seconds as a
     safety net. It reads the worker's watch-fed mirror, so it calls the API only for what it
     changes. If another cycle holds the lease, this one comes back shortly after instead of
-    being lost: requests made meanwhile collapse into that one follow-up."""
-    # Requests made from now on need a new cycle: let the next one enqueue.
-    Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
-    mirror = worker_mirror()
-    report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
-    if not report.ran and lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
-        reconcile.apply_async(countdown=FOLLOW_UP_SECONDS)
-    return report.summary()
+    being lost: requests made meanwhile collapse into that one follow-up. Its log lines carry
+    the task's id as their request id."""
+    token = REQUEST_ID.set(self.request.id or "")
+    try:
+        # Requests made from now on need a new cycle: let the next one enqueue.
+        Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
+        mirror = worker_mirror()
+        report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
+        if not report.ran and lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
+            reconcile.apply_async(countdown=FOLLOW_UP_SECONDS)
+        summary = report.summary()
+        # A cycle with nothing to do is the common case every few seconds: not worth a line.
+        quiet = not (report.changed() or report.unreachable)
+        logger.log(logging.DEBUG if quiet else logging.INFO, "reconcile: %s", summary)
+        return summary
+    finally:
+        REQUEST_ID.reset(token)
 
 
 def cycle_holder() -> str:
@@ -105,10 +120,20 @@ def request_reconcile() -> bool:
         return False
     if not lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
         return False
-    # No countdown: the solo pool runs a countdown task from its timer thread, beside the one
-    # it is running, and the request is for now.
-    transaction.on_commit(lambda: reconcile.apply_async())
+    transaction.on_commit(_enqueue_reconcile)
     return True
+
+
+def _enqueue_reconcile() -> None:
+    """Send the request, for now (no countdown: the solo pool runs a countdown task from its
+    timer thread, beside the one it is running); a broker that is down is no reason to fail
+    what was committed (the database is the source of truth and beat's periodic cycle catches
+    up). The request is withdrawn so that the next submission tries again."""
+    try:
+        reconcile.apply_async(retry=False)
+    except KombuOperationalError as exc:
+        Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
+        logger.warning("could not ask for a reconcile, the broker is unavailable: %s", exc)
 
 
 def request_reconcile_now() -> bool:
@@ -118,7 +143,7 @@ def request_reconcile_now() -> bool:
     try:
         if not lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
             return False
-        reconcile.apply_async()
+        _enqueue_reconcile()
         return True
     finally:
         connection.close()

@@ -3,6 +3,7 @@ reports them."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from fractions import Fraction
 
@@ -17,6 +18,8 @@ from queues.models import (
 )
 from queues.reconcile.view import ClusterView, CycleReport
 
+logger = logging.getLogger(__name__)
+
 
 def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
     """Open an interval for every portal pod that started, close it when the pod ends or goes
@@ -24,7 +27,7 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
     pods = {p.uid: p for p in view.pods if p.job_id is not None}
     # Every running pod has an open interval: read only what closing one needs.
     open_rows = UsageInterval.objects.only(
-        "pod_uid", "pod_deleted_at", "grace_seconds", "started_at"
+        "pod_uid", "pod_name", "job_id", "pod_deleted_at", "grace_seconds", "started_at"
     ).filter(ended_at__isnull=True)
     open_intervals = list(open_rows)
     known = {i.pod_uid for i in open_intervals}
@@ -70,6 +73,18 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
     # Unique pod UIDs keep a crashed cycle's rerun from counting a pod twice.
     UsageInterval.objects.bulk_create(opened, ignore_conflicts=True)
     report.intervals_opened += len(opened)
+    for interval in opened:
+        logger.info(
+            "job %s: usage of pod %s opened at %s",
+            interval.job_id,
+            interval.pod_name,
+            interval.started_at.isoformat(),
+            extra={
+                "job_id": interval.job_id,
+                "cluster_object": f"pods/{interval.job.team.namespace}/{interval.pod_name}",
+                "pod_uid": interval.pod_uid,
+            },
+        )
     if opened:
         # A pod that started and ended since the last cycle is closed in this one.
         open_intervals += open_rows.filter(pod_uid__in=[i.pod_uid for i in opened])
@@ -113,6 +128,21 @@ def _close(
             ended_at=max(end, interval.started_at), end_estimated=estimated
         )
         report.intervals_closed += closed
+        if closed:
+            logger.info(
+                "job %s: usage of pod %s closed at %s%s",
+                interval.job_id,
+                interval.pod_name,
+                max(end, interval.started_at).isoformat(),
+                " (estimated)" if estimated else "",
+                extra={
+                    "job_id": interval.job_id,
+                    "cluster_object": f"pods/{pod.namespace}/{pod.name}"
+                    if pod is not None
+                    else f"pods/{interval.pod_name}",
+                    "pod_uid": interval.pod_uid,
+                },
+            )
 
 
 def _sharing_mode(job: Job, share: Fraction) -> SharingMode:

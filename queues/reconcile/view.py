@@ -31,6 +31,19 @@ class CycleReport:
     api_calls: int = 0
     seconds: float = 0.0
 
+    def changed(self) -> bool:
+        """Whether the cycle changed anything in the database or the cluster."""
+        return bool(
+            self.transitions
+            or self.admitted
+            or self.preempted
+            or self.jobs_created
+            or self.jobs_deleted
+            or self.orphans_deleted
+            or self.intervals_opened
+            or self.intervals_closed
+        )
+
     def summary(self) -> str:
         if not self.ran:
             return "another reconcile holds the lease; nothing done"

@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from queues.models import SharingMode
 from tests.chargeback.helpers import hold
@@ -116,6 +117,24 @@ def test_bad_parameters_are_a_400_naming_the_parameter(fiona, api_as, params, fi
 
     assert response.status_code == 400
     assert field in response.json()
+
+
+def test_no_parameters_give_the_current_months_statement(fiona, api_as):
+    response = api_as(fiona).get("/api/chargeback/")
+
+    assert response.status_code == 200
+    this_month = timezone.now().strftime("%Y-%m")
+    assert response.json()["period"] == this_month
+    assert response.json() == api_as(fiona).get("/api/chargeback/", {"period": this_month}).json()
+
+
+def test_group_by_without_a_range_is_a_400_naming_it(fiona, api_as):
+    response = api_as(fiona).get("/api/chargeback/", {"group_by": "team"})
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "group_by": ["with group_by, give start and end (or period=YYYY-MM)"]
+    }
 
 
 def test_a_member_sees_only_their_teams_lines_in_the_api_page_and_csv(november, sara, api_as):

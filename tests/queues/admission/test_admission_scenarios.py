@@ -301,6 +301,37 @@ def test_explain_finds_a_queue_that_would_start_the_job_now() -> None:
     assert all(a.queue == "batch" for a in result.alternatives if a.admitted_now)
 
 
+def test_explain_tries_at_most_max_trials_what_ifs_and_says_how_many_it_left_out() -> None:
+    def explained(max_trials: int | None):
+        return explain(
+            snapshot(
+                nodes=[node("n1"), node("n2")],
+                teams=[team("vision", {H100: (8, 8)})],
+                running=[running(1, "vision", "n1", 8, queue="interactive")],
+                pending=[pending(10, "vision", "interactive", gpus=2)],
+            ),
+            10,
+            max_trials=max_trials,
+        )
+
+    every = explained(None)
+
+    # 27 what-ifs exist (every other queue × capability class of team vision); batch's come
+    # first by name and five of them start the job now.
+    assert every.untried == 0
+    assert [(a.queue, a.capability) for a in every.alternatives] == [
+        ("batch", "a100"),
+        ("batch", "any-40gb"),
+        ("batch", "any-gpu"),
+        ("batch", "h100"),
+        ("batch", "small-inference"),
+    ]
+    assert explained(0).untried == 27 and explained(0).alternatives == ()
+    assert explained(2).untried == 25
+    assert explained(2).alternatives == every.alternatives[:2]
+    assert explained(27) == every
+
+
 # ---------------------------------------------------------------------- probes
 
 

@@ -35,8 +35,13 @@ def example() -> dict:
     return yaml.safe_load(EXAMPLE_POLICY.read_text())
 
 
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data):
+        return True  # the policy reader refuses aliases; a test may share a list between entries
+
+
 def text_of(data: dict) -> str:
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False)
 
 
 def entry(data: dict, section: str, name: str) -> dict:
