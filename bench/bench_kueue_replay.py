@@ -326,6 +326,9 @@ def main() -> None:
             "CLUSTER_MODE": "sim",
             "KUBECONFIG": str(kubeconfig),
             "RECONCILE_ON_COMMIT": "true",
+            # Kueue's scenario has no caps on waiting work; one member submits for all teams.
+            "MAX_PENDING_JOBS_PER_USER": "100000",
+            "MAX_PENDING_JOBS_PER_QUEUE": "100000",
         }
         synthetic.django_setup(DATABASE, **{k: v for k, v in env.items() if k != "DATABASE_URL"})
         import io
