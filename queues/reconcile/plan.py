@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,6 +42,7 @@ MAX_CREATE_REFUSALS = 3
 # estimates; beyond, those already shown are refreshed every REASONS_REFRESH at most.
 REASONS_ALL_UP_TO = 500
 REASONS_REFRESH = timedelta(seconds=5)
+REASONS_SHARE = 10
 REASONS_LEASE = "pending-reasons-refresh"
 
 
@@ -55,11 +57,13 @@ def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
     """Store every pending job's reasons, estimated start and position (changed rows only).
 
     With more than ``REASONS_ALL_UP_TO`` jobs waiting, the jobs that already show reasons are
-    refreshed at most every ``REASONS_REFRESH`` (whichever cycle comes first after it; the
-    lease says when), and in the cycles between only the jobs that show none yet (new or back
-    in the queue) get theirs: cycles run as soon as pods end, many a second under churn, and
-    rewriting thousands of positions and estimates in each made the cycle's cost grow with
-    the queue instead of with what changed."""
+    refreshed only now and then, and in the cycles between only the jobs that show none yet
+    (new, or back in the queue) get theirs: cycles run as soon as pods end, many a second under
+    churn, and rewriting thousands of positions and estimates in each made the cycle's cost
+    grow with the queue instead of with what changed. "Now and then" is every
+    ``REASONS_REFRESH``, or, when refreshing them all took long, after ``REASONS_SHARE`` times
+    as long as it took (a lease says when), so that it stays a small part of the loop's time."""
+    started = time.monotonic()
     statuses = {s.job_id: s for s in plan.pending}
     fields = [
         "pending_reasons",
@@ -71,16 +75,22 @@ def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
         "position",
         "queue_length",
     ]
-    current = Job.objects.filter(pk__in=list(statuses), state=JobState.PENDING)
-    if len(statuses) > REASONS_ALL_UP_TO and not lease_acquire(
-        name=REASONS_LEASE, holder=uuid.uuid4().hex, ttl=REASONS_REFRESH
-    ):
-        current = current.filter(position__isnull=True)
+    # Every pending job the plan saw (one submitted since is not in it yet); no list of ids:
+    # at 15,000 waiting jobs the IN list alone cost seconds to send.
+    current = Job.objects.filter(state=JobState.PENDING)
+    refresher = ""
+    if len(statuses) > REASONS_ALL_UP_TO:
+        refresher = uuid.uuid4().hex
+        if not lease_acquire(name=REASONS_LEASE, holder=refresher, ttl=REASONS_REFRESH):
+            refresher = ""
+            current = current.filter(position__isnull=True)
     current = current.only("id", *fields)
     changed = []
     events: list[JobEvent] = []
     for job in current:
-        status = statuses[job.pk]
+        status = statuses.get(job.pk)
+        if status is None:
+            continue
         reasons = [r.to_dict() for r in status.reasons]
         quota_event = _quota_event(job, job.pending_reasons, reasons, now=now)
         if quota_event is not None:
@@ -102,6 +112,11 @@ def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
             changed.append(job)
     pending_rows_update(changed, fields)
     JobEvent.objects.bulk_create(events)
+    if refresher:
+        took = timedelta(seconds=time.monotonic() - started)
+        lease_acquire(
+            name=REASONS_LEASE, holder=refresher, ttl=max(REASONS_REFRESH, REASONS_SHARE * took)
+        )
 
 
 def admitted_reasons_store(plan: engine.Plan) -> None:

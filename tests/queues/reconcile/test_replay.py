@@ -64,6 +64,8 @@ def loop_worker(settings, served_cluster):
     """The portal's Celery app consuming a queue of this test's own (nothing else in the
     broker is taken), with submissions asking for cycles as they commit."""
     settings.RECONCILE_ON_COMMIT = True
+    # Kueue's scenario has no caps on waiting work; one member submits for every team here.
+    settings.MAX_PENDING_JOBS_PER_USER = settings.MAX_PENDING_JOBS_PER_QUEUE = 100_000
     queue = f"replay-test-{uuid.uuid4().hex}"
     before = app.conf.task_default_queue
     app.conf.task_default_queue = queue
