@@ -127,7 +127,7 @@ _cache_url = env.str("CACHE_URL", default="") or (
 if _cache_url.startswith(("redis://", "rediss://")):
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "portal.cache.TolerantRedisCache",
             "LOCATION": _cache_url,
             "KEY_PREFIX": "gpuportal",
             # A Redis that is down answers fast (limits then go uncounted, requests go on).

@@ -106,13 +106,14 @@ class Pass:
     )
 
 
-def plan(snapshot: Snapshot) -> Plan:
+def plan(snapshot: Snapshot, *, replay_budget: int | None = None) -> Plan:
     """Decide admissions and preemptions for ``snapshot`` and explain every job left pending.
 
     Deterministic: equal snapshots give equal plans. When the cluster is unreachable nothing is
     admitted or preempted, and every pending job's binding reason is ``ClusterUnreachable``.
     Every probe gets an estimated start in ``Plan.probe_estimates``; apart from that field the
-    plan is the same as for the snapshot without probes.
+    plan is the same as for the snapshot without probes. ``replay_budget`` bounds the forecast's
+    replays (``REPLAY_BUDGET`` when not given; see ``forecast``).
     """
     state = State(snapshot)
     asks = build_asks(state)
@@ -137,7 +138,9 @@ def plan(snapshot: Snapshot) -> Plan:
         if o.start is None and (not o.ask.static or o.ask.held_until is not None)
     ]
     ghosts = [p for p in probes if p.job.id not in probe_now and not p.static]
-    starts, probe_starts = forecast(state, waiting, ghosts)
+    starts, probe_starts = forecast(
+        state, waiting, ghosts, budget=REPLAY_BUDGET if replay_budget is None else replay_budget
+    )
     probe_estimates = tuple(
         (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))
         for probe in sorted(probes, key=lambda p: p.job.id)
@@ -149,7 +152,10 @@ def plan(snapshot: Snapshot) -> Plan:
 
 # Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
 # ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
-REPLAY_BUDGET = 10_000
+# Four replays per plan: at 2,500 each, a plan over a 4,000-GPU cluster stays well under a
+# second (docs/benchmarks.md); what-ifs (``explain``) spend a fifth of it.
+REPLAY_BUDGET = 2_500
+WHAT_IF_REPLAY_BUDGET = 500
 
 Scenario = Callable[[Forecast], float]
 SCENARIOS: tuple[tuple[str, Scenario], ...] = (
@@ -161,7 +167,7 @@ SCENARIOS: tuple[tuple[str, Scenario], ...] = (
 
 
 def forecast(
-    state: State, asks: Sequence[Ask], probes: Sequence[Ask]
+    state: State, asks: Sequence[Ask], probes: Sequence[Ask], *, budget: int = REPLAY_BUDGET
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
     (consumed).
@@ -191,7 +197,7 @@ def forecast(
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
 
-        results[name] = _replay(copy, asks, probes, ratio, started)
+        results[name] = _replay(copy, asks, probes, ratio, started, budget)
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
     return (
@@ -246,6 +252,7 @@ def _replay(
     probes: Sequence[Ask],
     ratio: Callable[[JobId], float],
     started: dict[JobId, tuple[datetime, timedelta]],
+    budget: int,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
     now = state.now
@@ -284,7 +291,6 @@ def _replay(
     ghosts = list(probes)
     starts: dict[JobId, EstimatedStart] = {}
     probe_starts: dict[JobId, EstimatedStart] = {}
-    budget = REPLAY_BUDGET
     while (waiting or ghosts or any(e[1] == _HELD_ENDS for e in events)) and events:
         if len(waiting) + len(ghosts) > budget:
             break

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from queues.admission.capability import resolve_capability
-from queues.admission.engine import plan
+from queues.admission.engine import WHAT_IF_REPLAY_BUDGET, plan
 from queues.admission.plan import PendingStatus
 from queues.admission.snapshot import JobId, SharingMode, Snapshot
 
@@ -90,7 +90,8 @@ def explain(
     job = next((p for p in snapshot.pending if p.id == job_id), None)
     if job is None:
         raise KeyError(job_id)
-    current = plan(snapshot).status(job_id)
+    # Every what-if and the baseline they are compared with use the same, smaller forecast.
+    current = plan(snapshot, replay_budget=WHAT_IF_REPLAY_BUDGET).status(job_id)
     if current is None:
         return Explanation(status=None, alternatives=())
     baseline = current.estimated_start.at
@@ -125,7 +126,7 @@ def explain(
             snapshot,
             pending=tuple(moved if p.id == job_id else p for p in snapshot.pending),
         )
-        result = plan(trial)
+        result = plan(trial, replay_budget=WHAT_IF_REPLAY_BUDGET)
         if result.admission(job_id) is not None:
             found.append(change(snapshot.now, True))
             continue

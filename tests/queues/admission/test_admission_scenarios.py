@@ -321,20 +321,16 @@ def test_explain_tries_at_most_max_trials_what_ifs_and_says_how_many_it_left_out
 
     every = explained(None)
 
-    # 27 what-ifs exist (every other queue × capability class of team vision); batch's come
-    # first by name and five of them start the job now.
+    # 19 what-ifs keep the job as asked (every other queue × capability class of team vision
+    # whose GPUs meet its own class); batch's come first by name, and of the batch ones that
+    # start it now, the job's own capability class is the one suggested (one per queue).
     assert every.untried == 0
-    assert [(a.queue, a.capability) for a in every.alternatives] == [
-        ("batch", "a100"),
-        ("batch", "any-40gb"),
-        ("batch", "any-gpu"),
-        ("batch", "h100"),
-        ("batch", "small-inference"),
-    ]
-    assert explained(0).untried == 27 and explained(0).alternatives == ()
-    assert explained(2).untried == 25
-    assert explained(2).alternatives == every.alternatives[:2]
-    assert explained(27) == every
+    assert [(a.queue, a.capability) for a in every.alternatives] == [("batch", "any-gpu")]
+    assert explained(0).untried == 19 and explained(0).alternatives == ()
+    # With 2 tried (batch × a100, batch × any-40gb), the best of those two is offered.
+    assert explained(2).untried == 17
+    assert [(a.queue, a.capability) for a in explained(2).alternatives] == [("batch", "a100")]
+    assert explained(19) == every
 
 
 # ---------------------------------------------------------------------- probes
