@@ -223,6 +223,7 @@ def portal_env(tmp_path: Path, **env: str) -> dict[str, str]:
         "STATICFILES_MANIFEST": "false",
         "PORTAL_VAR_DIR": str(tmp_path / "var"),
         "LOG_FORMAT": "json",
+        "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback (no TLS proxy in front)
         **env,
     }
 
