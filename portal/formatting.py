@@ -181,8 +181,11 @@ MASK = "••••••"
 
 
 def masked_env(env: dict[str, str]) -> list[tuple[str, str]]:
-    """``NAME=value`` pairs to show, the values of names that look secret masked."""
-    return [(name, MASK if _SECRET_NAME.search(name) else value) for name, value in env.items()]
+    """``NAME=value`` pairs to show, by name (PostgreSQL's JSON keeps no order of its own), the
+    values of names that look secret masked."""
+    return [
+        (name, MASK if _SECRET_NAME.search(name) else value) for name, value in sorted(env.items())
+    ]
 
 
 # A pending reason's code in a few plain words, where its full message is not shown (another

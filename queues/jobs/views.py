@@ -94,8 +94,10 @@ def job_new(request: PortalRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         job_request = form.job_request()
         if "preview" in request.POST and (wait := preview_wait(request)) is not None:
-            # Each preview simulates the whole cluster: pages share the API's preview rate.
-            return render(request, "jobs/_preview_wait.html", {"wait": wait})
+            # Each preview simulates the whole cluster: pages share the API's preview rate. The
+            # form comes back as it was, its preview box saying how long to wait.
+            template = "jobs/_form.html" if request.htmx else "jobs/new.html"
+            return render(request, template, {"form": form, "wait": wait})
         if "preview" in request.POST:
             preview = job_preview(request=job_request)
             form.add_rule_errors(preview.errors)

@@ -343,9 +343,10 @@ class TestPagePreviews:
         api = api_as(mia).post("/api/jobs/preview/", body(), format="json")
         third = client.post("/jobs/new", form, HTTP_HX_REQUEST="true")
 
-        assert first.templates[0].name == "jobs/_preview.html"
+        assert first.context["preview"] is not None and first.context.get("wait") is None
         assert api.status_code == 200
-        assert third.templates[0].name == "jobs/_preview_wait.html"
+        assert third.context["wait"] is not None and third.context.get("preview") is None
+        assert b'data-testid="preview-wait"' in third.content
         # A minute from the first preview, less the time the two previews took.
         assert re.search(
             rb"Too many previews in a short time \(each simulates the whole cluster\): "
