@@ -38,9 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yaml
 
 from bench import synthetic
+from queues.policy.text import policy_yaml
 
 DATABASE = "estimate_bench"  # a private database on the local PostgreSQL
 PERIOD = 5.0  # seconds: the reconcile period
@@ -218,7 +218,7 @@ def run(jobs: int, seed: int) -> tuple[list[Record], dict[int, float | None], fl
     # The portal's clock is the cluster's: every stored time is simulated time.
     timezone.now = clock.now  # type: ignore[assignment]
     call_command("migrate", verbosity=0)
-    (tmp / "policy.yaml").write_text(yaml.safe_dump(policy(), sort_keys=False))
+    (tmp / "policy.yaml").write_text(policy_yaml(policy()))
     call_command("apply_policy", str(tmp / "policy.yaml"), stdout=io.StringIO())
 
     from queues.cluster.adapter import Cluster

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import kueue, synthetic
 from bench.bench_web import cpu_seconds, free_port, gunicorn_start
+from queues.policy.text import policy_yaml
 
 DATABASE = "loop_bench"
 REDIS_DB = 7
@@ -339,7 +340,7 @@ def main() -> None:
         from portal.models import ApiToken
 
         call_command("migrate", verbosity=0)
-        (tmp / "policy.yaml").write_text(yaml.safe_dump(kueue.policy(args.cohorts)))
+        (tmp / "policy.yaml").write_text(policy_yaml(kueue.policy(args.cohorts)))
         call_command("apply_policy", str(tmp / "policy.yaml"), stdout=io.StringIO())
         user = get_user_model().objects.get(username=kueue.MEMBER)
         _, token = ApiToken.issue(user=user, name="replay")

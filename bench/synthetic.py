@@ -14,9 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from queues.policy import text as policy_text  # noqa: E402 (pure: yaml, no Django)
+
 TEAMS = 50
 NODES_PER_CLASS = 168
 GPUS_PER_NODE = 8
@@ -117,7 +120,7 @@ def policy() -> dict[str, Any]:
 
 
 def policy_yaml() -> str:
-    return yaml.safe_dump(policy(), sort_keys=False)
+    return policy_text.policy_yaml(policy())
 
 
 def node_names() -> list[tuple[str, str]]:

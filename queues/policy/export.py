@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from django.db.models import Prefetch
 
+from portal.formatting import format_datetime
 from queues.models import (
     CapabilityClass,
     FairShareSettings,
@@ -18,18 +18,8 @@ from queues.models import (
     Reservation,
     Team,
 )
-from queues.policy.parse import Policy
-
-if TYPE_CHECKING:
-    pass
-
-
-from collections.abc import Mapping
-
-import yaml
-
-from portal.formatting import format_datetime, format_duration
-from queues.policy.parse import NAMED_SECTIONS
+from queues.policy.parse import NAMED_SECTIONS, Policy
+from queues.policy.text import policy_yaml
 
 
 def policy_current() -> Policy:
@@ -153,31 +143,6 @@ def queue_policy_fields(queue: Queue) -> dict[str, Any]:
     }
 
 
-class _PolicyDumper(yaml.SafeDumper):
-    def ignore_aliases(self, data: Any) -> bool:
-        # Written out in full: the policy reader refuses aliases (queues/policy/parse.py).
-        return True
-
-
-def _represent_decimal(dumper: yaml.SafeDumper, value: Decimal) -> yaml.Node:
-    if value == value.to_integral_value():
-        return dumper.represent_int(int(value))
-    return dumper.represent_scalar("tag:yaml.org,2002:float", format(value.normalize(), "f"))
-
-
-def _represent_timedelta(dumper: yaml.SafeDumper, value: timedelta) -> yaml.Node:
-    return dumper.represent_str(format_duration(value))
-
-
-def _represent_datetime(dumper: yaml.SafeDumper, value: datetime) -> yaml.Node:
-    return dumper.represent_scalar("tag:yaml.org,2002:timestamp", format_datetime(value))
-
-
-_PolicyDumper.add_representer(Decimal, _represent_decimal)
-_PolicyDumper.add_representer(timedelta, _represent_timedelta)
-_PolicyDumper.add_representer(datetime, _represent_datetime)
-
-
 def dump_policy(policy: Policy) -> str:
     """The normalized policy as a file ``parse_policy`` reads back to an equal policy."""
     document: dict[str, Any] = {}
@@ -199,14 +164,7 @@ def dump_policy(policy: Policy) -> str:
             }
             for card in policy["rate_cards"].values()
         ]
-    return yaml.dump(
-        document,
-        Dumper=_PolicyDumper,
-        sort_keys=False,
-        allow_unicode=True,
-        width=100,
-        default_flow_style=None,
-    )
+    return policy_yaml(document)
 
 
 def _drop_defaults(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from queues.models import (
 from queues.policy.apply import policy_apply
 from queues.policy.export import dump_policy, policy_current
 from queues.policy.parse import PolicyError
+from queues.policy.text import policy_yaml
 from tests.conftest import EXAMPLE_POLICY
 from tests.factories import JobFactory, NodeFactory
 
@@ -35,13 +36,8 @@ def example() -> dict:
     return yaml.safe_load(EXAMPLE_POLICY.read_text())
 
 
-class _NoAliases(yaml.SafeDumper):
-    def ignore_aliases(self, data):
-        return True  # the policy reader refuses aliases; a test may share a list between entries
-
-
 def text_of(data: dict) -> str:
-    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False)
+    return policy_yaml(data)
 
 
 def entry(data: dict, section: str, name: str) -> dict:

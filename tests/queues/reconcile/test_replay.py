@@ -17,7 +17,6 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 import pytest
-import yaml
 from celery.contrib.testing.worker import start_worker
 from django.contrib.auth import get_user_model
 
@@ -28,6 +27,7 @@ from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit_batch
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
 from queues.policy.apply import policy_apply
+from queues.policy.text import policy_yaml
 from queues.reconcile.tasks import worker_mirror_stop
 from simcluster import SimCluster, SimServer, WallClock, parse_cluster
 
@@ -81,7 +81,7 @@ def loop_worker(settings, served_cluster):
 
 
 def test_a_slice_of_kueues_benchmark_runs_every_job_once_within_quota(served_cluster, loop_worker):
-    policy_apply(text=yaml.safe_dump(kueue.policy(1)))
+    policy_apply(text=policy_yaml(kueue.policy(1)))
     owner = get_user_model().objects.get(username=kueue.MEMBER)
     arrivals = kueue.arrivals(1, SCALE)
     assert len(arrivals) == 600
