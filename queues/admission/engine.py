@@ -106,14 +106,17 @@ class Pass:
     )
 
 
-def plan(snapshot: Snapshot, *, replay_budget: int | None = None) -> Plan:
+def plan(snapshot: Snapshot, *, replay_budget: int | None = None, estimates: bool = True) -> Plan:
     """Decide admissions and preemptions for ``snapshot`` and explain every job left pending.
 
     Deterministic: equal snapshots give equal plans. When the cluster is unreachable nothing is
     admitted or preempted, and every pending job's binding reason is ``ClusterUnreachable``.
     Every probe gets an estimated start in ``Plan.probe_estimates``; apart from that field the
     plan is the same as for the snapshot without probes. ``replay_budget`` bounds the forecast's
-    replays (``REPLAY_BUDGET`` when not given; see ``forecast``).
+    replays (``REPLAY_BUDGET`` when not given; see ``forecast``). With ``estimates`` False the
+    forecast is skipped (most of a plan's cost with thousands waiting): the decisions and
+    reasons are the same, no waiting job or probe gets an estimated start (``NOT_ESTIMATED``
+    says why), and a job with several classes lists its reasons in the classes' order.
     """
     state = State(snapshot)
     asks = build_asks(state)
@@ -137,6 +140,9 @@ def plan(snapshot: Snapshot, *, replay_budget: int | None = None) -> Plan:
         for o in run.outcomes
         if o.start is None and (not o.ask.static or o.ask.held_until is not None)
     ]
+    if not estimates:
+        later = EstimatedStart(at=None, why_unknown=NOT_ESTIMATED)
+        return _assemble(run, {ask.job.id: later for ask in waiting})
     ghosts = [p for p in probes if p.job.id not in probe_now and not p.static]
     starts, probe_starts = forecast(
         state, waiting, ghosts, budget=REPLAY_BUDGET if replay_budget is None else replay_budget
@@ -156,6 +162,10 @@ def plan(snapshot: Snapshot, *, replay_budget: int | None = None) -> Plan:
 # second (docs/benchmarks.md); what-ifs (``explain``) spend a fifth of it.
 REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
+# A waiting job's estimate when the plan skipped the forecast (``plan(estimates=False)``).
+NOT_ESTIMATED = (
+    "being computed: with this many jobs waiting, estimates are refreshed every few seconds"
+)
 
 Scenario = Callable[[Forecast], float]
 SCENARIOS: tuple[tuple[str, Scenario], ...] = (

@@ -52,6 +52,8 @@ from queues.reconcile.plan import (
     plan_apply,
     plan_store_reasons,
     queue_estimates_store,
+    refresh_begin,
+    refresh_end,
     with_default_probes,
 )
 from queues.reconcile.snapshot import snapshot_build
@@ -114,8 +116,14 @@ def _cycle(
     jobs_sync(view, now=now, report=report)
     usage_sync(view, now=now, report=report)
     maintenance_preempt(now=now, report=report)
-    snapshot = with_default_probes(snapshot_build(now=now))
-    plan = engine.plan(snapshot)
+    snapshot = snapshot_build(now=now)
+    refresh = refresh_begin(len(snapshot.pending))
+    if refresh.full:
+        snapshot = with_default_probes(snapshot)
+    planning = time.monotonic()
+    plan = engine.plan(snapshot, estimates=refresh.full)
+    if refresh.full:
+        refresh.cost += time.monotonic() - planning
     plan_apply(plan, now=now, report=report)
     try:
         cluster_apply(cluster, view, now=now, report=report)
@@ -127,8 +135,10 @@ def _cycle(
     # What is for reading comes after the cluster's creates and deletes, which are not held up
     # by it: the waiting jobs' reasons, positions and estimates, the queues' estimates, the
     # catalog's numbers and the operations history.
-    pending_reasons_store(plan, now=now)
-    queue_estimates_store(snapshot, plan, now=now)
+    pending_reasons_store(plan, now=now, refresh=refresh)
+    refresh_end(refresh)
+    if refresh.full:
+        queue_estimates_store(snapshot, plan, now=now)
     queue_stats_refresh(now=now)
     history_record(snapshot, plan, now=now)
     waits_observe(snapshot, report.admitted, now=now)

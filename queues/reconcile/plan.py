@@ -53,18 +53,55 @@ def plan_store_reasons(plan: engine.Plan, *, now: datetime) -> None:
     admitted_reasons_store(plan)
 
 
-def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
-    """Store every pending job's reasons, estimated start and position (changed rows only).
+@dataclasses.dataclass
+class Refresh:
+    """Whether a cycle refreshes every waiting job's reasons, positions and estimates (and so
+    runs the engine's forecast, most of a plan's cost with thousands waiting) or only gives
+    reasons to the jobs that show none yet. ``cost`` adds up the seconds the refresh took."""
 
-    With more than ``REASONS_ALL_UP_TO`` jobs waiting, the jobs that already show reasons are
-    refreshed only now and then, and in the cycles between only the jobs that show none yet
-    (new, or back in the queue) get theirs: cycles run as soon as pods end, many a second under
-    churn, and rewriting thousands of positions and estimates in each made the cycle's cost
-    grow with the queue instead of with what changed. "Now and then" is every
-    ``REASONS_REFRESH``, or, when refreshing them all took long, after ``REASONS_SHARE`` times
-    as long as it took (a lease says when), so that it stays a small part of the loop's time."""
+    full: bool
+    holder: str = ""  # the refresh lease's holder, when this cycle took it
+    cost: float = 0.0
+
+
+def refresh_begin(waiting: int) -> Refresh:
+    """Up to ``REASONS_ALL_UP_TO`` waiting jobs every cycle refreshes them all. Beyond, the jobs
+    that already show reasons are refreshed only now and then, and in the cycles between only
+    the jobs that show none yet (new, or back in the queue) get theirs, without an estimate
+    until the next refresh: cycles run as soon as pods end, many a second under churn, and
+    rewriting thousands of positions and estimates in each made the cycle's cost grow with the
+    queue instead of with what changed. "Now and then" is every ``REASONS_REFRESH``, or, when
+    a refresh took long, after ``REASONS_SHARE`` times as long as it took (a lease says when;
+    ``refresh_end``), so that it stays a small part of the loop's time."""
+    if waiting <= REASONS_ALL_UP_TO:
+        return Refresh(full=True)
+    holder = uuid.uuid4().hex
+    if lease_acquire(name=REASONS_LEASE, holder=holder, ttl=REASONS_REFRESH):
+        return Refresh(full=True, holder=holder)
+    return Refresh(full=False)
+
+
+def refresh_end(refresh: Refresh) -> None:
+    if refresh.holder:
+        took = timedelta(seconds=refresh.cost)
+        lease_acquire(
+            name=REASONS_LEASE,
+            holder=refresh.holder,
+            ttl=max(REASONS_REFRESH, REASONS_SHARE * took),
+        )
+
+
+def pending_reasons_store(
+    plan: engine.Plan, *, now: datetime, refresh: Refresh | None = None
+) -> None:
+    """Store the pending jobs' reasons, estimated start and position (changed rows only): all
+    of them, or with ``refresh`` not full only those that show none yet (see
+    ``refresh_begin``; without ``refresh`` this decides, and ends it)."""
     started = time.monotonic()
     statuses = {s.job_id: s for s in plan.pending}
+    own = refresh is None
+    if refresh is None:
+        refresh = refresh_begin(len(statuses))
     fields = [
         "pending_reasons",
         "estimated_start",
@@ -78,12 +115,8 @@ def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
     # Every pending job the plan saw (one submitted since is not in it yet); no list of ids:
     # at 15,000 waiting jobs the IN list alone cost seconds to send.
     current = Job.objects.filter(state=JobState.PENDING)
-    refresher = ""
-    if len(statuses) > REASONS_ALL_UP_TO:
-        refresher = uuid.uuid4().hex
-        if not lease_acquire(name=REASONS_LEASE, holder=refresher, ttl=REASONS_REFRESH):
-            refresher = ""
-            current = current.filter(position__isnull=True)
+    if not refresh.full:
+        current = current.filter(position__isnull=True)
     current = current.only("id", *fields)
     changed = []
     events: list[JobEvent] = []
@@ -112,11 +145,9 @@ def pending_reasons_store(plan: engine.Plan, *, now: datetime) -> None:
             changed.append(job)
     pending_rows_update(changed, fields)
     JobEvent.objects.bulk_create(events)
-    if refresher:
-        took = timedelta(seconds=time.monotonic() - started)
-        lease_acquire(
-            name=REASONS_LEASE, holder=refresher, ttl=max(REASONS_REFRESH, REASONS_SHARE * took)
-        )
+    refresh.cost += time.monotonic() - started
+    if own:
+        refresh_end(refresh)
 
 
 def admitted_reasons_store(plan: engine.Plan) -> None:

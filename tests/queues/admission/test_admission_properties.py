@@ -32,6 +32,7 @@ from queues.admission import (
     default_probe,
     plan,
 )
+from queues.admission.engine import NOT_ESTIMATED
 from queues.admission.testing import CAPABILITIES, GPU_CLASSES, MIG_A100, MIG_H100, NOW, queue
 
 PROFILES = {"h100-80gb": MIG_H100, "a100-40gb": MIG_A100}
@@ -517,6 +518,28 @@ def test_the_plan_is_deterministic_whatever_the_input_order(
         probes=tuple(rnd.sample(snapshot.probes, len(snapshot.probes))),
     )
     assert plan(shuffled).to_dict() == plan(snapshot).to_dict()
+
+
+@given(snapshots_with_probes())
+@SETTINGS
+def test_a_plan_without_estimates_decides_and_explains_the_same(snapshot: Snapshot) -> None:
+    """``estimates=False`` (a reconcile between refreshes of a long queue) changes no decision,
+    position or reason's code; no probe gets an estimate, and no waiting job but one whose
+    start is known without the forecast (its victims' grace), and each says why."""
+    full = plan(snapshot)
+    quick = plan(snapshot, estimates=False)
+    assert quick.admissions == full.admissions
+    assert quick.preemptions == full.preemptions
+    assert quick.admitted_reasons == full.admitted_reasons
+    assert quick.probe_estimates == ()
+    assert [s.job_id for s in quick.pending] == [s.job_id for s in full.pending]
+    for fast, slow in zip(quick.pending, full.pending, strict=True):
+        assert (fast.position, fast.queue_length) == (slow.position, slow.queue_length)
+        assert sorted(r.code for r in fast.reasons) == sorted(r.code for r in slow.reasons)
+        if fast.estimated_start.at is not None:  # known without the forecast: preempting
+            assert fast.preempting and fast.estimated_start.at == slow.estimated_start.at
+        elif slow.estimated_start.at is not None:
+            assert fast.estimated_start.why_unknown == NOT_ESTIMATED
 
 
 # ---------------------------------------------------------------------- probes

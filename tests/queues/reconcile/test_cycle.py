@@ -199,25 +199,39 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     cycle, mia, monkeypatch
 ):
     import queues.reconcile.plan as plan
-    from queues.models import Lease
+    from queues.admission.engine import NOT_ESTIMATED
+    from queues.models import Lease, QueueEstimate
 
     monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting
     first = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
     second = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    # admitted now: mia is at the queue's 16-GPU limit per user, so the third job waits for it
+    submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
     cycle()  # the first refresh of all
+    estimates_at = QueueEstimate.objects.values_list("computed_at", flat=True).first()
+    estimates = QueueEstimate.objects.count()
+    assert estimates > 0
     Job.objects.filter(pk=first.pk).update(position=7)  # as if shown a while ago
-    third = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    third = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
 
     cycle()
 
     positions = dict(Job.objects.values_list("pk", "position"))
     assert [positions[j.pk] for j in (first, second, third)] == [7, 2, 3]
+    # between refreshes the engine skips its forecast: the new job says its estimate is coming,
+    # the queue's published estimates stay as the last refresh computed them
+    third.refresh_from_db()
+    assert third.pending_reasons and third.estimated_start is None
+    assert third.estimated_start_note == NOT_ESTIMATED
+    assert QueueEstimate.objects.filter(computed_at=estimates_at).count() == estimates
     Lease.objects.filter(name=plan.REASONS_LEASE).update(expires_at=timezone.now())
 
     cycle()
 
     positions = dict(Job.objects.values_list("pk", "position"))
     assert [positions[j.pk] for j in (first, second, third)] == [1, 2, 3]
+    third.refresh_from_db()
+    assert third.estimated_start is not None and third.estimated_start_note == ""
 
 
 def test_running_twice_changes_nothing_more(sim_cluster, cycle, mia):
