@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+from collections import Counter
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
@@ -51,10 +52,22 @@ def histogram_observe(
 ) -> None:
     """Count one observation of ``value`` in histogram ``name`` (``label`` prefixes the bucket
     label as ``label|le``)."""
+    histogram_observe_many(name, [value], bounds=bounds, label=label)
+
+
+def histogram_observe_many(
+    name: str, values: list[float], *, bounds: tuple[float, ...], label: str = ""
+) -> None:
+    """Count each of ``values`` in histogram ``name``: one write per bucket they fall in, one
+    for the count and one for the sum."""
+    if not values:
+        return
     prefix = f"{label}|" if label else ""
-    counter_add(f"{name}_bucket", prefix + bucket_of(value, bounds))
-    counter_add(f"{name}_count", label)
-    counter_add(f"{name}_sum", label, value)
+    buckets = Counter(bucket_of(value, bounds) for value in values)
+    for bucket, count in sorted(buckets.items()):
+        counter_add(f"{name}_bucket", prefix + bucket, count)
+    counter_add(f"{name}_count", label, len(values))
+    counter_add(f"{name}_sum", label, sum(values))
 
 
 def counter_add_quietly(name: str, label: str = "") -> None:

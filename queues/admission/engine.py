@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -94,6 +95,7 @@ class Pass:
     quota_heads: dict[tuple[str, str], Ask] = field(default_factory=dict)
     preempt: bool = True  # False in the forecast: it does not foresee preemptions
     explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
+    explain_only: AbstractSet[JobId] | None = None  # the jobs to explain (None: all)
     no_shadow: set[tuple[Any, ...]] = field(default_factory=set)
     fresh: set[JobId] = field(default_factory=set)
     admissions: list[Admission] = field(default_factory=list)
@@ -106,7 +108,13 @@ class Pass:
     )
 
 
-def plan(snapshot: Snapshot, *, replay_budget: int | None = None, estimates: bool = True) -> Plan:
+def plan(
+    snapshot: Snapshot,
+    *,
+    replay_budget: int | None = None,
+    estimates: bool = True,
+    explain: AbstractSet[JobId] | None = None,
+) -> Plan:
     """Decide admissions and preemptions for ``snapshot`` and explain every job left pending.
 
     Deterministic: equal snapshots give equal plans. When the cluster is unreachable nothing is
@@ -116,12 +124,19 @@ def plan(snapshot: Snapshot, *, replay_budget: int | None = None, estimates: boo
     replays (``REPLAY_BUDGET`` when not given; see ``forecast``). With ``estimates`` False the
     forecast is skipped (most of a plan's cost with thousands waiting): the decisions and
     reasons are the same, no waiting job or probe gets an estimated start (``NOT_ESTIMATED``
-    says why), and a job with several classes lists its reasons in the classes' order.
+    says why), and a job with several classes lists its reasons in the classes' order. With
+    ``explain`` given (and ``estimates`` False) only those jobs get a status in
+    ``Plan.pending`` (``Plan.partial``): the same decisions, without the cost of explaining
+    thousands of waiting jobs whose statuses are not needed.
     """
     state = State(snapshot)
     asks = build_asks(state)
     probes = build_probe_asks(state, asks)
-    run = Pass(state=state, dry_run=snapshot.cluster_unreachable_since is not None)
+    run = Pass(
+        state=state,
+        dry_run=snapshot.cluster_unreachable_since is not None,
+        explain_only=None if estimates else explain,
+    )
     probe_now: set[JobId] = set()
     next_probe = 0
     for ask in asks:
@@ -404,14 +419,16 @@ def _consider(run: Pass, ask: Ask) -> None:
         if fit is not None:
             _admit(run, ask, fit)
             return
-    reasons = _class_reasons(run, ask) if run.explain else _blocked(run, ask)
+    explain = run.explain and (run.explain_only is None or ask.job.id in run.explain_only)
+    # (a copy: a preemption notes its victims on the first reason)
+    reasons = _class_reasons(run, ask) if explain else list(_blocked(run, ask))
     if user_cause is not None:
         run.outcomes.append(Outcome(ask, [user_cause, *reasons]))
         return
     outcome = Outcome(ask, reasons)
     if not reasons:
         # Every class would take it were it not for a shadow: a job ahead holds the capacity.
-        if run.explain:
+        if explain:
             outcome.backfill_blocked_by, outcome.held_quota = _held_for(run, ask)
     elif not run.dry_run and run.preempt and _preempt(run, ask, outcome):
         pass
@@ -998,9 +1015,12 @@ def _assemble(
             positions[job_id] = position
     unreachable = _unreachable_reason(snapshot)
     statuses: list[PendingStatus] = []
+    only = run.explain_only
     for outcome in run.outcomes:
         ask = outcome.ask
         job_id = ask.job.id
+        if only is not None and job_id not in only:
+            continue
         queue_jobs = waiting.get(ask.queue.name, [])
         position = positions.get(job_id, 1)
         never = bool(outcome.reasons) and outcome.reasons[0].code is ReasonCode.NEVER_FITS
@@ -1044,6 +1064,7 @@ def _assemble(
         pending=tuple(statuses),
         admitted_reasons=admitted,
         probe_estimates=probe_estimates,
+        partial=only is not None,
     )
 
 

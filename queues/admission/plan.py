@@ -141,8 +141,9 @@ class PendingStatus:
 @dataclass(frozen=True)
 class Plan:
     """One admission decision. ``pending`` holds a status for every pending job not admitted,
-    in plan order; ``admitted_reasons`` explains admitted jobs the cluster cannot place;
-    ``probe_estimates`` the estimated start of every ``Snapshot.probes`` entry, by probe id."""
+    in plan order (with ``partial``, only for the jobs the plan was asked to explain);
+    ``admitted_reasons`` explains admitted jobs the cluster cannot place; ``probe_estimates``
+    the estimated start of every ``Snapshot.probes`` entry, by probe id."""
 
     now: datetime
     admissions: tuple[Admission, ...]
@@ -150,6 +151,7 @@ class Plan:
     pending: tuple[PendingStatus, ...]
     admitted_reasons: tuple[tuple[JobId, tuple[PendingReason, ...]], ...] = ()
     probe_estimates: tuple[tuple[JobId, EstimatedStart], ...] = ()
+    partial: bool = False
 
     def status(self, job_id: JobId) -> PendingStatus | None:
         """The pending status of ``job_id``, or None if it was admitted or is unknown."""

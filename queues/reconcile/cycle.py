@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -36,6 +37,7 @@ from queues.counters import (
     counter_add,
     counter_add_quietly,
     histogram_observe,
+    histogram_observe_many,
 )
 from queues.models import (
     K8S_JOB_STATES,
@@ -48,6 +50,7 @@ from queues.reconcile.leases import lease_acquire, lease_release
 from queues.reconcile.nodes import maintenance_preempt, nodes_sync
 from queues.reconcile.plan import (
     cluster_apply,
+    new_pending_ids,
     pending_reasons_store,
     plan_apply,
     plan_store_reasons,
@@ -104,44 +107,53 @@ def _cycle(
     cluster: Cluster, mirror: ClusterMirror | None, *, now: datetime, report: CycleReport
 ) -> CycleReport:
     try:
-        view = read_cluster(cluster, mirror)
+        with report.step("read"):
+            view = read_cluster(cluster, mirror)
     except (ClusterUnreachable, ClusterRejected) as exc:
         since = cluster_unreachable(str(exc), now=now)
         report.unreachable = str(exc)
         plan = engine.plan(snapshot_build(now=now, cluster_unreachable_since=since))
         plan_store_reasons(plan, now=now)
         return report
-    nodes_sync(view, now=now)
-    unknown = unknown_jobs(view)
-    jobs_sync(view, now=now, report=report)
-    usage_sync(view, now=now, report=report)
-    maintenance_preempt(now=now, report=report)
-    snapshot = snapshot_build(now=now)
-    refresh = refresh_begin(len(snapshot.pending))
-    if refresh.full:
-        snapshot = with_default_probes(snapshot)
-    planning = time.monotonic()
-    plan = engine.plan(snapshot, estimates=refresh.full)
-    if refresh.full:
-        refresh.cost += time.monotonic() - planning
-    plan_apply(plan, now=now, report=report)
-    try:
-        cluster_apply(cluster, view, now=now, report=report)
-    except ClusterUnreachable as exc:
-        cluster_unreachable(str(exc), now=now)
-        report.unreachable = str(exc)
-    else:
-        cluster_reachable(now=now, unknown=unknown)
+    with report.step("sync"):
+        nodes_sync(view, now=now)
+        unknown = unknown_jobs(view)
+        jobs_sync(view, now=now, report=report)
+        usage_sync(view, now=now, report=report)
+        maintenance_preempt(now=now, report=report)
+    with report.step("snapshot"):
+        snapshot = snapshot_build(now=now)
+        refresh = refresh_begin(len(snapshot.pending))
+        if refresh.full:
+            snapshot = with_default_probes(snapshot)
+    with report.step("plan" if refresh.full else "plan (no forecast)"):
+        planning = time.monotonic()
+        # Between refreshes only the jobs that show no reasons yet are explained.
+        explain = None if refresh.full else new_pending_ids()
+        plan = engine.plan(snapshot, estimates=refresh.full, explain=explain)
+        if refresh.full:
+            refresh.cost += time.monotonic() - planning
+    with report.step("apply"):
+        plan_apply(plan, now=now, report=report)
+        try:
+            cluster_apply(cluster, view, now=now, report=report)
+        except ClusterUnreachable as exc:
+            cluster_unreachable(str(exc), now=now)
+            report.unreachable = str(exc)
+        else:
+            cluster_reachable(now=now, unknown=unknown)
     # What is for reading comes after the cluster's creates and deletes, which are not held up
     # by it: the waiting jobs' reasons, positions and estimates, the queues' estimates, the
     # catalog's numbers and the operations history.
-    pending_reasons_store(plan, now=now, refresh=refresh)
-    refresh_end(refresh)
-    if refresh.full:
-        queue_estimates_store(snapshot, plan, now=now)
-    queue_stats_refresh(now=now)
-    history_record(snapshot, plan, now=now)
-    waits_observe(snapshot, report.admitted, now=now)
+    with report.step("reasons"):
+        pending_reasons_store(plan, now=now, refresh=refresh)
+        refresh_end(refresh)
+        if refresh.full:
+            queue_estimates_store(snapshot, plan, now=now)
+    with report.step("history"):
+        queue_stats_refresh(now=now)
+        history_record(snapshot, plan, now=now)
+        waits_observe(snapshot, report.admitted, now=now)
     return report
 
 
@@ -165,13 +177,15 @@ def cycle_record(cluster: Cluster, *, report: CycleReport, now: datetime) -> Non
 
 def waits_observe(snapshot: engine.Snapshot, admitted: list[int], *, now: datetime) -> None:
     """Each job this cycle admitted, its wait (admitted minus submitted) into its queue's
-    wait histogram."""
+    wait histogram (one write per queue and bucket, however many it admitted)."""
     pending = {job.id: job for job in snapshot.pending}
+    waits: dict[str, list[float]] = defaultdict(list)
     for job_id in admitted:
         job = pending.get(job_id)
         if job is not None:
-            wait = max((now - job.submitted_at).total_seconds(), 0.0)
-            histogram_observe(QUEUE_WAIT_SECONDS, wait, bounds=WAIT_BUCKETS, label=job.queue)
+            waits[job.queue].append(max((now - job.submitted_at).total_seconds(), 0.0))
+    for queue, values in sorted(waits.items()):
+        histogram_observe_many(QUEUE_WAIT_SECONDS, values, bounds=WAIT_BUCKETS, label=queue)
 
 
 def cluster_unreachable(error: str, *, now: datetime) -> datetime:

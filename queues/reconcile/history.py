@@ -181,14 +181,17 @@ def history_record(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetim
                 "slots",
             ],
         )
-        # A reason that no job has any more this minute must not keep an earlier cycle's count.
-        PendingSample.objects.filter(at=minute).delete()
-        PendingSample.objects.bulk_create(
-            [
-                PendingSample(at=minute, queue_id=queue_id, code=code, jobs=jobs)
-                for (queue_id, code), jobs in sorted(pending.items())
-            ]
-        )
+        # A plan that explained only some of the waiting jobs (a cycle between refreshes of a
+        # long queue) cannot count them: the minute keeps the last full plan's counts.
+        if not plan.partial:
+            # A reason no job has any more this minute must not keep an earlier cycle's count.
+            PendingSample.objects.filter(at=minute).delete()
+            PendingSample.objects.bulk_create(
+                [
+                    PendingSample(at=minute, queue_id=queue_id, code=code, jobs=jobs)
+                    for (queue_id, code), jobs in sorted(pending.items())
+                ]
+            )
     _nodes_in_use_store(held_on)
     _team_stats_store(snapshot, now=now)
     capacity_hours_rollup(now=now)

@@ -91,6 +91,16 @@ def refresh_end(refresh: Refresh) -> None:
         )
 
 
+def new_pending_ids() -> set[int]:
+    """The waiting jobs that show no reasons yet (new, or back in the queue): the ones a cycle
+    between refreshes gives reasons to."""
+    return set(
+        Job.objects.filter(state=JobState.PENDING, position__isnull=True).values_list(
+            "pk", flat=True
+        )
+    )
+
+
 def pending_reasons_store(
     plan: engine.Plan, *, now: datetime, refresh: Refresh | None = None
 ) -> None:

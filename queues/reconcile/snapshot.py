@@ -6,6 +6,7 @@ engine needs is read here and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -180,6 +181,12 @@ def snapshot_build(
     )
     replicas_of = {n.name: n.time_slice_replicas for n in nodes}
     forecasts = runtime_forecasts(_runtime_history(now))
+
+    @functools.cache
+    def forecast_of(queue: str, user: str, image: str) -> engine.Forecast | None:
+        # thousands of waiting jobs share a few (queue, user, image) keys
+        return forecast_for(forecasts, (queue, user, image))
+
     return engine.Snapshot(
         now=now,
         gpu_classes=tuple(
@@ -226,9 +233,7 @@ def snapshot_build(
                 not_before=job["not_before"],
                 rollbacks=job["rollbacks"],
                 unschedulable=said.get(job["id"], ""),
-                forecast=forecast_for(
-                    forecasts, (job["queue__name"], job["owner__username"], job["image"])
-                ),
+                forecast=forecast_of(job["queue__name"], job["owner__username"], job["image"]),
             )
             for job in pending
         ),

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -39,6 +39,10 @@ _NUDGER: Coalescer | None = None
 _MIRROR_LOCK = threading.Lock()
 
 
+def _close_own_connection() -> None:
+    connection.close()  # the calling thread's own: Django's connections are per thread
+
+
 def worker_mirror() -> ClusterMirror:
     """This worker process's watch-fed mirror of the cluster, started on first use (once, even
     when two tasks start at the same time in two threads). When the watch reports GPUs given
@@ -47,7 +51,9 @@ def worker_mirror() -> ClusterMirror:
     global _MIRROR, _NUDGER
     with _MIRROR_LOCK:
         if _MIRROR is None:
-            _NUDGER = Coalescer(request_reconcile_now, name="reconcile-nudger").start()
+            _NUDGER = Coalescer(
+                request_reconcile_now, name="reconcile-nudger", done=_close_own_connection
+            ).start()
             mirror = ClusterMirror(cluster_from_settings(), on_freed=_NUDGER.request).start()
             mirror.wait_synced(MIRROR_SYNC_SECONDS)
             _MIRROR = mirror
@@ -141,11 +147,16 @@ def _enqueue_reconcile(countdown: float | None = None) -> bool:
 
 def request_reconcile_now() -> bool:
     """Ask for a reconcile now, outside any transaction (the worker's watch, when GPUs were
-    given back); coalesced as ``request_reconcile``. Runs in a thread of its own, so it closes
-    its database connection rather than keep one per thread."""
+    given back); coalesced as ``request_reconcile``. Runs in the nudger's one long-lived
+    thread, which keeps its database connection between calls (as a request thread does, up
+    to ``CONN_MAX_AGE``): connecting anew for every burst of pod ends cost more than the
+    request itself under churn. A connection that broke is dropped, and the next call opens a
+    fresh one."""
+    connection.close_if_unusable_or_obsolete()
     try:
         if not lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
             return False
         return _enqueue_reconcile()
-    finally:
+    except DatabaseError:
         connection.close()
+        raise

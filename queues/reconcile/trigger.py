@@ -19,8 +19,15 @@ class Coalescer:
     """Calls ``run`` in a thread of its own whenever ``request`` was called since ``run`` last
     started; never two ``run`` at once. ``run`` raising is logged and does not stop it."""
 
-    def __init__(self, run: Callable[[], object], *, name: str = "coalescer") -> None:
+    def __init__(
+        self,
+        run: Callable[[], object],
+        *,
+        name: str = "coalescer",
+        done: Callable[[], object] | None = None,
+    ) -> None:
         self._run = run
+        self._done = done  # called in the thread when it stops (to close what it opened)
         self._wanted = threading.Event()
         self._stopping = threading.Event()
         self.runs = 0
@@ -42,6 +49,8 @@ class Coalescer:
         while True:
             self._wanted.wait()
             if self._stopping.is_set():
+                if self._done is not None:
+                    self._done()
                 return
             # Cleared before running: a request that arrives during the run is the follow-up.
             self._wanted.clear()

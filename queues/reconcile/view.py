@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,16 @@ class CycleReport:
     intervals_closed: int = 0
     api_calls: int = 0
     seconds: float = 0.0
+    # Where the cycle's time went: step → seconds (``step``), in the order the steps ran.
+    steps: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.steps[name] = self.steps.get(name, 0.0) + time.monotonic() - started
 
     def changed(self) -> bool:
         """Whether the cycle changed anything in the database or the cluster."""
@@ -55,6 +68,8 @@ class CycleReport:
             f"usage opened {self.intervals_opened}, closed {self.intervals_closed}; "
             f"state changes: {moves}; {self.api_calls} API calls in {self.seconds:.2f} s"
         )
+        if self.steps:
+            text += " (" + ", ".join(f"{k} {v:.2f}" for k, v in self.steps.items()) + ")"
         return f"cluster unreachable ({self.unreachable}); " + text if self.unreachable else text
 
 

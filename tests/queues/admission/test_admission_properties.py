@@ -525,7 +525,8 @@ def test_the_plan_is_deterministic_whatever_the_input_order(
 def test_a_plan_without_estimates_decides_and_explains_the_same(snapshot: Snapshot) -> None:
     """``estimates=False`` (a reconcile between refreshes of a long queue) changes no decision,
     position or reason's code; no probe gets an estimate, and no waiting job but one whose
-    start is known without the forecast (its victims' grace), and each says why."""
+    start is known without the forecast (its victims' grace, or now once the cluster answers),
+    and each says why."""
     full = plan(snapshot)
     quick = plan(snapshot, estimates=False)
     assert quick.admissions == full.admissions
@@ -536,10 +537,17 @@ def test_a_plan_without_estimates_decides_and_explains_the_same(snapshot: Snapsh
     for fast, slow in zip(quick.pending, full.pending, strict=True):
         assert (fast.position, fast.queue_length) == (slow.position, slow.queue_length)
         assert sorted(r.code for r in fast.reasons) == sorted(r.code for r in slow.reasons)
-        if fast.estimated_start.at is not None:  # known without the forecast: preempting
-            assert fast.preempting and fast.estimated_start.at == slow.estimated_start.at
+        if fast.estimated_start.at is not None:  # known without the forecast
+            assert fast.estimated_start.at == slow.estimated_start.at
         elif slow.estimated_start.at is not None:
             assert fast.estimated_start.why_unknown == NOT_ESTIMATED
+    # explaining only some jobs (the new ones, between refreshes): the same decisions, and for
+    # those jobs the same statuses; the plan says it is partial
+    some = {job.id for job in snapshot.pending[::2]}
+    partial = plan(snapshot, estimates=False, explain=some)
+    assert partial.partial and not quick.partial
+    assert (partial.admissions, partial.preemptions) == (quick.admissions, quick.preemptions)
+    assert partial.pending == tuple(s for s in quick.pending if s.job_id in some)
 
 
 # ---------------------------------------------------------------------- probes
