@@ -217,6 +217,13 @@ def cluster_reachable(*, now: datetime, unknown: list[str]) -> None:
     )
 
 
+# UIDs of the portal's Kubernetes Jobs this process found a job in the database for. A Job
+# that finished stays in the cluster for an hour; looking thousands of them up again every
+# cycle cost more than the rest of this check under churn. A UID is never reused (kept to the
+# Jobs the cluster still has).
+_KNOWN_JOB_UIDS: set[str] = set()
+
+
 def unknown_jobs(view: ClusterView) -> list[str]:
     """Jobs that carry the portal's labels but match no job in the database: reported (log and
     admin), never deleted automatically, since something the portal does not know made them."""
@@ -227,12 +234,19 @@ def unknown_jobs(view: ClusterView) -> list[str]:
             "pk", flat=True
         )
     )
-    rest = [job_id for job_id in view.jobs if job_id not in holding]
-    known = holding | set(Job.objects.filter(pk__in=rest).values_list("pk", flat=True))
+    uids = {job_id: raw["metadata"].get("uid", "") for job_id, raw in view.jobs.items()}
+    _KNOWN_JOB_UIDS.intersection_update(uids.values())
+    rest = [
+        job_id
+        for job_id in view.jobs
+        if job_id not in holding and uids[job_id] not in _KNOWN_JOB_UIDS
+    ]
+    found = set(Job.objects.filter(pk__in=rest).values_list("pk", flat=True))
+    _KNOWN_JOB_UIDS.update(uids[job_id] for job_id in found if uids[job_id])
     unknown = sorted(
         f"{raw['metadata'].get('namespace', '')}/{raw['metadata'].get('name', '')}"
         for job_id, raw in view.jobs.items()
-        if job_id not in known
+        if job_id not in holding and job_id not in found and uids[job_id] not in _KNOWN_JOB_UIDS
     )
     for name in unknown:
         logger.warning(

@@ -21,6 +21,14 @@ from queues.reconcile.view import ClusterView, CycleReport
 logger = logging.getLogger(__name__)
 
 
+# UIDs of pods this process found with a closed usage interval in the database. A finished
+# pod stays in the cluster as long as its Job (an hour after it ends); asking the database
+# again every cycle whether thousands of them have an interval cost more than the rest of the
+# pass under churn. A UID is never reused, and an interval is never deleted: what this set
+# holds stays true for as long as the pod is there (it is kept to the pods still shown).
+_RECORDED: set[str] = set()
+
+
 def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
     """Open an interval for every portal pod that started, close it when the pod ends or goes
     (at the end it reported, read from its last state when it went between two cycles)."""
@@ -31,19 +39,28 @@ def usage_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None
     ).filter(ended_at__isnull=True)
     open_intervals = list(open_rows)
     known = {i.pod_uid for i in open_intervals}
+    candidates = [*pods.values(), *view.gone.values()]
+    # (kept to the pods the cluster still shows)
+    _RECORDED.intersection_update(p.uid for p in candidates)
     started = [
         p
         # A pod that started, ended and went between two cycles held GPUs too.
-        for p in [*pods.values(), *view.gone.values()]
-        if p.node and p.devices and p.container.started_at and p.uid not in known
+        for p in candidates
+        if p.node
+        and p.devices
+        and p.container.started_at
+        and p.uid not in known
+        and p.uid not in _RECORDED
     ]
     if started:
         # A pod whose interval already closed must not open a second one.
-        known |= set(
+        closed = set(
             UsageInterval.objects.filter(pod_uid__in=[p.uid for p in started]).values_list(
                 "pod_uid", flat=True
             )
         )
+        _RECORDED.update(closed)
+        known |= closed
         started = [p for p in started if p.uid not in known]
     jobs = Job.objects.select_related("team", "gpu_class").in_bulk({p.job_id for p in started})
     replicas = dict(Node.objects.values_list("name", "time_slice_replicas"))

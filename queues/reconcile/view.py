@@ -83,12 +83,17 @@ class ClusterView:
     # The portal's pods deleted lately, by UID, as they last were (from the mirror; empty when
     # listing): how a pod that ended and went between two cycles ended.
     gone: dict[str, PodFacts] = field(default_factory=dict)
+    _pods_of: dict[int, list[PodFacts]] | None = field(default=None, repr=False, compare=False)
 
     def pods_of(self) -> dict[int, list[PodFacts]]:
+        """The portal's pods by job id (computed once per view: several passes read it)."""
+        if self._pods_of is not None:
+            return self._pods_of
         grouped: dict[int, list[PodFacts]] = defaultdict(list)
         for pod in self.pods:
             if pod.job_id is not None:
                 grouped[pod.job_id].append(pod)
+        self._pods_of = grouped
         return grouped
 
 
