@@ -43,6 +43,7 @@ from queues.models import (
     K8S_JOB_STATES,
     ClusterStatus,
     Job,
+    JobState,
 )
 from queues.reconcile.history import history_record
 from queues.reconcile.jobs import jobs_sync
@@ -122,8 +123,8 @@ def _cycle(
         usage_sync(view, now=now, report=report)
         maintenance_preempt(now=now, report=report)
     with report.step("snapshot"):
-        snapshot = snapshot_build(now=now)
-        refresh = refresh_begin(len(snapshot.pending))
+        refresh = refresh_begin(Job.objects.filter(state=JobState.PENDING).count())
+        snapshot = snapshot_build(now=now, forecasts=refresh.full)
         if refresh.full:
             snapshot = with_default_probes(snapshot)
     with report.step("plan" if refresh.full else "plan (no forecast)"):

@@ -70,16 +70,21 @@ def job_transition(
                 job_id=job.pk, at=now, kind=kind, message=message, details=details or {}
             )
     if moved:
-        logger.info(
-            "job %s: %s → %s: %s",
-            job.pk,
-            job.state,
-            to,
-            message,
-            extra={"job_id": job.pk, "from_state": job.state, "to_state": to, "event": kind},
-        )
+        transition_log(job.pk, job.state, to, kind, message)
         job.state = to
     return bool(moved)
+
+
+def transition_log(job_id: int, was: str, to: str, kind: EventKind, message: str) -> None:
+    """The log line of a job's state change (``job_transition``, and batches of them)."""
+    logger.info(
+        "job %s: %s → %s: %s",
+        job_id,
+        was,
+        to,
+        message,
+        extra={"job_id": job_id, "from_state": was, "to_state": to, "event": kind},
+    )
 
 
 def rollback_backoff(rollbacks: int) -> timedelta:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Case, CharField, Value, When
 
 from portal.tokens import job_token
 from queues import admission as engine
@@ -32,7 +33,7 @@ from queues.models import (
     QueueEstimate,
     Team,
 )
-from queues.reconcile.jobs import TERMINATING_STATES, job_transition
+from queues.reconcile.jobs import TERMINATING_STATES, job_transition, transition_log
 from queues.reconcile.leases import lease_acquire
 from queues.reconcile.view import ClusterView, CycleReport
 
@@ -296,33 +297,29 @@ def _admit_and_preempt(
     now: datetime,
     report: CycleReport,
 ) -> None:
-    for admission in plan.admissions:
-        job = jobs.get(admission.job_id)
-        if job is None or job.state != JobState.PENDING:
-            continue
+    admitting = [
+        (job, admission)
+        for admission in plan.admissions
+        if (job := jobs.get(admission.job_id)) is not None and job.state == JobState.PENDING
+    ]
+    if connection.vendor == "postgresql" and len(admitting) > 1:
+        _admit_many(admitting, classes, now=now, report=report)
+        admitting = []
+    for job, admission in admitting:
         if job_transition(
             job,
             to=JobState.ADMITTED,
             kind=EventKind.ADMITTED,
             now=now,
-            message=f"admitted on {admission.gpu_class} ({admission.capacity.value}) on "
-            f"{', '.join(sorted(set(admission.nodes)))}",
+            message=_admitted_message(admission),
             details=admission.to_dict(),
             gpu_class=classes[admission.gpu_class],
             nodes=list(admission.nodes),
             capacity_kind=admission.capacity.value,
             reservation_id=admission.reservation_id,
             admitted_at=now,
-            not_before=None,  # a roll-back sets it again; a preemption before start does not
-            pending_reasons=[],
-            position=None,
-            queue_length=None,
-            estimated_start=None,
-            likely_start=None,
-            start_range_low=None,
-            start_range_high=None,
-            estimated_start_note="",
             mig_profile=_mig_profile(job),
+            **ADMITTED_CLEARS,
         ):
             report.admitted.append(job.pk)
     for preemption in plan.preemptions:
@@ -342,6 +339,100 @@ def _admit_and_preempt(
             preempted_for_id=preemption.for_job,
         ):
             report.preempted.append(job.pk)
+
+
+# What admission clears on a job: what it showed while it waited. ``not_before``: a roll-back
+# sets it again; a preemption before the start does not.
+ADMITTED_CLEARS: dict[str, Any] = {
+    "not_before": None,
+    "pending_reasons": [],
+    "position": None,
+    "queue_length": None,
+    "estimated_start": None,
+    "likely_start": None,
+    "start_range_low": None,
+    "start_range_high": None,
+    "estimated_start_note": "",
+}
+
+
+def _admitted_message(admission: engine.Admission) -> str:
+    return (
+        f"admitted on {admission.gpu_class} ({admission.capacity.value}) on "
+        f"{', '.join(sorted(set(admission.nodes)))}"
+    )
+
+
+def _admit_many(
+    admitting: list[tuple[Job, engine.Admission]],
+    classes: dict[str, GpuClass],
+    *,
+    now: datetime,
+    report: CycleReport,
+) -> None:
+    """``job_transition`` to admitted for many jobs at once (PostgreSQL): one conditional
+    UPDATE from the rows as JSON, returning the jobs it moved, and their events in one insert.
+    Each job still moves only from ``pending``, once: a job cancelled meanwhile stays
+    cancelled. Hundreds of admissions a cycle under churn cost a statement pair each before."""
+    meta = Job._meta
+    quote = connection.ops.quote_name
+    fields = {f.name: f for f in meta.concrete_fields}
+    column = {name: quote(f.column or name) for name, f in fields.items()}
+    rows = [
+        {
+            "id": job.pk,
+            "gpu_class": classes[admission.gpu_class].pk,
+            "nodes": list(admission.nodes),
+            "capacity_kind": admission.capacity.value,
+            "reservation": admission.reservation_id,
+            "mig_profile": _mig_profile(job),
+        }
+        for job, admission in admitting
+    ]
+    sets = [
+        f"{column['state']} = %s",
+        f"{column['admitted_at']} = %s",
+        *(f"{column[name]} = v.{quote(name)}" for name in rows[0] if name != "id"),
+        *(f"{column[name]} = %s" for name in ADMITTED_CLEARS),
+    ]
+    params = [
+        JobState.ADMITTED.value,
+        now,
+        *(
+            fields[name].get_db_prep_save(value, connection)
+            for name, value in ADMITTED_CLEARS.items()
+        ),
+        json.dumps(rows),
+        JobState.PENDING.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(meta.db_table)} AS j SET "
+            + ", ".join(sets)
+            + " FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, gpu_class bigint,"
+            " nodes jsonb, capacity_kind text, reservation bigint, mig_profile text)"
+            f" WHERE j.{column['id']} = v.id AND j.{column['state']} = %s"
+            f" RETURNING j.{column['id']}",
+            params,
+        )
+        moved = {row[0] for row in cursor.fetchall()}
+    done = [(job, admission) for job, admission in admitting if job.pk in moved]
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job_id=job.pk,
+            at=now,
+            kind=EventKind.ADMITTED,
+            message=_admitted_message(admission),
+            details=admission.to_dict(),
+        )
+        for job, admission in done
+    )
+    for job, admission in done:
+        transition_log(
+            job.pk, job.state, JobState.ADMITTED, EventKind.ADMITTED, _admitted_message(admission)
+        )
+        job.state = JobState.ADMITTED
+        report.admitted.append(job.pk)
 
 
 def _mig_profile(job: Job) -> str:
@@ -438,14 +529,19 @@ def cluster_apply(
                 },
             )
     finally:
-        # The names of the Jobs created, in one commit (also when the cluster stopped
+        # The names of the Jobs created, in a statement per 500 (also when the cluster stopped
         # answering halfway); a crash before it loses nothing: the next cycle's create finds
         # its own Job, which is success.
-        with transaction.atomic():
-            for job_id, name in created_names:
-                Job.objects.filter(pk=job_id, state=JobState.ADMITTED, k8s_job_name="").update(
-                    k8s_job_name=name
+        for start in range(0, len(created_names), 500):
+            chunk = created_names[start : start + 500]
+            Job.objects.filter(
+                pk__in=[job_id for job_id, _ in chunk], state=JobState.ADMITTED, k8s_job_name=""
+            ).update(
+                k8s_job_name=Case(
+                    *(When(pk=job_id, then=Value(name)) for job_id, name in chunk),
+                    output_field=CharField(),
                 )
+            )
     ending = Job.objects.filter(state__in=TERMINATING_STATES, terminating=True).select_related(
         "team", "queue"
     )
