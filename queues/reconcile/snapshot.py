@@ -357,6 +357,20 @@ def _queues(
     ]
 
 
+@functools.lru_cache(maxsize=100_000)
+def _normalized(
+    held: timedelta, devices: int, numerator: int, denominator: int, weight: Decimal
+) -> float:
+    """``normalized_gpu_hours`` of one interval, remembered: every cycle weighs the usage of
+    every interval of the fair-share horizon again, and a closed interval's never changes (its
+    exact Decimal arithmetic was most of the snapshot's time with thousands of intervals)."""
+    return float(
+        normalized_gpu_hours(
+            held=held, devices=devices, share=Fraction(numerator, denominator), weight=weight
+        )
+    )
+
+
 def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> list[engine.Team]:
     usage: dict[int, float] = defaultdict(float)
     horizon = now - half_life * USAGE_HORIZON_HALF_LIVES
@@ -371,15 +385,16 @@ def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> 
     )
     for team_id, gpu_class_id, devices, numerator, denominator, started, ended in intervals:
         end = min(ended or now, now)
-        normalized = normalized_gpu_hours(
-            held=max(end - started, timedelta(0)),
-            devices=devices,
-            share=Fraction(numerator, denominator),
-            weight=weights.get(gpu_class_id, Decimal(1)),
+        normalized = _normalized(
+            max(end - started, timedelta(0)),
+            devices,
+            numerator,
+            denominator,
+            weights.get(gpu_class_id, Decimal(1)),
         )
         # Fair share forgets usage with a half-life: what ended one half-life ago counts half.
         age = (now - end).total_seconds() / half_life.total_seconds()
-        usage[team_id] += float(normalized) * 0.5**age
+        usage[team_id] += normalized * 0.5**age
     teams = (
         Team.objects.active()
         .order_by("name")
