@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import F, Prefetch
@@ -155,33 +157,10 @@ def snapshot_build(
     )
     # Plain values, not model instances: a thousand waiting jobs made five thousand instances
     # (the job and four related rows) every cycle, a good part of the snapshot's time.
-    # No joins: thousands of rows each joined to four small tables cost more than mapping their
-    # ids to names here.
     pending = list(
         Job.objects.filter(state=JobState.PENDING)
         .order_by("id")
-        .values(
-            "id",
-            "queue_id",
-            "team_id",
-            "owner_id",
-            "capability_class_id",
-            "submitted_at",
-            "pods",
-            "gpus_per_pod",
-            "declared_gpu_memory_gb",
-            "runtime_limit",
-            "priority",
-            "attempts",
-            "cpu_millicores_per_pod",
-            "memory_mib_per_pod",
-            "not_before",
-            "rollbacks",
-            "image",
-        )
-    )
-    said = _scheduler_messages(
-        [j["id"] for j in pending if j["not_before"] and j["not_before"] > now]
+        .values_list(*_PENDING_COLUMNS, named=True)
     )
     nodes = list(
         Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
@@ -193,15 +172,6 @@ def snapshot_build(
     def forecast_of(queue: str, user: str, image: str) -> engine.Forecast | None:
         # thousands of waiting jobs share a few (queue, user, image) keys
         return forecast_for(history, (queue, user, image))
-
-    queue_names = dict(Queue.objects.values_list("pk", "name"))
-    team_names = dict(Team.objects.values_list("pk", "name"))
-    capability_names = dict(CapabilityClass.objects.values_list("pk", "name"))
-    user_names = dict(
-        get_user_model()
-        .objects.filter(pk__in={job["owner_id"] for job in pending})
-        .values_list("pk", get_user_model().USERNAME_FIELD)
-    )
 
     return engine.Snapshot(
         now=now,
@@ -230,33 +200,88 @@ def snapshot_build(
             .order_by("id")
         ),
         running=tuple(_running(replicas_of, now, history)),
-        pending=tuple(
-            engine.PendingJob(
-                id=job["id"],
-                queue=queue_names[job["queue_id"]],
-                team=team_names[job["team_id"]],
-                user=user_names[job["owner_id"]],
-                capability=capability_names[job["capability_class_id"]],
-                submitted_at=job["submitted_at"],
-                pods=job["pods"],
-                gpus_per_pod=job["gpus_per_pod"],
-                memory_gb=job["declared_gpu_memory_gb"],
-                runtime_limit=job["runtime_limit"],
-                priority=job["priority"],
-                attempts=job["attempts"],
-                cpu_millicores=job["cpu_millicores_per_pod"],
-                memory_mib=job["memory_mib_per_pod"],
-                not_before=job["not_before"],
-                rollbacks=job["rollbacks"],
-                unschedulable=said.get(job["id"], ""),
-                forecast=forecast_of(
-                    queue_names[job["queue_id"]], user_names[job["owner_id"]], job["image"]
-                ),
-            )
-            for job in pending
-        ),
+        pending=_pending(pending, now, forecast_of),
         cluster_unreachable_since=cluster_unreachable_since,
     )
+
+
+# A waiting job's columns, read without joins: thousands of rows each joined to four small
+# tables cost more than mapping their ids to names here.
+_PENDING_COLUMNS = (
+    "id",
+    "queue_id",
+    "team_id",
+    "owner_id",
+    "capability_class_id",
+    "submitted_at",
+    "pods",
+    "gpus_per_pod",
+    "declared_gpu_memory_gb",
+    "runtime_limit",
+    "priority",
+    "attempts",
+    "cpu_millicores_per_pod",
+    "memory_mib_per_pod",
+    "not_before",
+    "rollbacks",
+    "image",
+)
+# The last snapshot's waiting jobs by everything each was built from: a cycle runs whenever a
+# pod ends, and thousands of waiting jobs are the same as a second ago (a pure memo: a job
+# whose row, names, scheduler message or forecast changed is built anew).
+_PENDING_BUILT: dict[tuple[Any, ...], engine.PendingJob] = {}
+
+
+def _pending(
+    rows: list[Any],
+    now: datetime,
+    forecast_of: Callable[[str, str, str], engine.Forecast | None],
+) -> tuple[engine.PendingJob, ...]:
+    """The engine's waiting jobs from their rows (``_PENDING_COLUMNS``), with names, the
+    scheduler's last words after a roll-back, and runtime forecasts."""
+    global _PENDING_BUILT
+    said = _scheduler_messages([r.id for r in rows if r.not_before and r.not_before > now])
+    queue_names = dict(Queue.objects.values_list("pk", "name"))
+    team_names = dict(Team.objects.values_list("pk", "name"))
+    capability_names = dict(CapabilityClass.objects.values_list("pk", "name"))
+    user_model = get_user_model()
+    user_names = dict(
+        user_model.objects.filter(pk__in={r.owner_id for r in rows}).values_list(
+            "pk", user_model.USERNAME_FIELD
+        )
+    )
+    built: dict[tuple[Any, ...], engine.PendingJob] = {}
+    jobs = []
+    for row in rows:
+        queue, user = queue_names[row.queue_id], user_names[row.owner_id]
+        names = (queue, team_names[row.team_id], user, capability_names[row.capability_class_id])
+        key = (row, names, said.get(row.id, ""), forecast_of(queue, user, row.image))
+        job = _PENDING_BUILT.get(key)
+        if job is None:
+            job = engine.PendingJob(
+                id=row.id,
+                queue=queue,
+                team=names[1],
+                user=user,
+                capability=names[3],
+                submitted_at=row.submitted_at,
+                pods=row.pods,
+                gpus_per_pod=row.gpus_per_pod,
+                memory_gb=row.declared_gpu_memory_gb,
+                runtime_limit=row.runtime_limit,
+                priority=row.priority,
+                attempts=row.attempts,
+                cpu_millicores=row.cpu_millicores_per_pod,
+                memory_mib=row.memory_mib_per_pod,
+                not_before=row.not_before,
+                rollbacks=row.rollbacks,
+                unschedulable=key[2],
+                forecast=key[3],
+            )
+        built[key] = job
+        jobs.append(job)
+    _PENDING_BUILT = built
+    return tuple(jobs)
 
 
 def _scheduler_messages(job_ids: list[int]) -> dict[int, str]:
