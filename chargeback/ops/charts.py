@@ -123,7 +123,7 @@ def pending_now(rows: Sequence[tuple[str, str, int]]) -> Figure:
 
 
 def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figure:
-    figure = _figure("Pending by binding reason (average jobs per hour)")
+    figure = _figure("Pending by reason, hourly average")
     for code, points in sorted(series.items()):
         _scatter(
             figure,
@@ -149,7 +149,7 @@ def fragmentation_now(samples: Sequence[CapacitySample]) -> Figure:
 
 
 def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
-    figure = _figure("Free GPUs vs GPUs in 8-GPU slots (on the hour)")
+    figure = _figure("Free GPUs vs 8-GPU slots, hourly")
     for gpu_class in sorted({p.gpu_class for p in points}):
         mine = [p for p in points if p.gpu_class == gpu_class]
         x = [_stamp(p.at) for p in mine]
@@ -181,7 +181,7 @@ def waste(rows: Sequence[Waste]) -> Figure:
 
 
 def team_usage(rows: Sequence[TeamClassUse]) -> Figure:
-    figure = _figure("Held now against quota (GPU-equivalents)", barmode="group")
+    figure = _figure("Held now vs quota (GPU-eq)", barmode="group")
     x = [[r.team for r in rows], [r.gpu_class for r in rows]]
     _bar(figure, name="held", x=x, y=[float(r.held) for r in rows])
     _bar(figure, name="nominal quota", x=x, y=[float(r.nominal) for r in rows])
@@ -195,7 +195,7 @@ def team_usage(rows: Sequence[TeamClassUse]) -> Figure:
 
 
 def duty(rows: Sequence[DutySum]) -> Figure:
-    figure = _figure("Busy and allocated-but-idle GPU-hours by team", barmode="stack")
+    figure = _figure("Busy vs idle GPU-hours by team", barmode="stack")
     teams = [r.name for r in rows]
     _bar(figure, name="busy", x=teams, y=[float(r.busy_gpu_hours) for r in rows])
     _bar(figure, name="idle", x=teams, y=[float(r.idle_gpu_hours) for r in rows])

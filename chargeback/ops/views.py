@@ -121,7 +121,8 @@ def last_day(request: HttpRequest) -> HttpResponse:
                 "jobs": sorted(lines, key=lambda x: (-x.idle_gpu_hours, x.job_id))[:20],
                 "shared": any(x.shared for x in lines),
             }
-    figures = [("waste", charts.waste(waste))]
+    # no waste, no chart: an empty chart is a bare axis that reads as a broken page
+    figures = [("waste", charts.waste(waste))] if waste else []
     if duty.get("teams") is not None:
         figures.append(("duty", charts.duty(duty["teams"])))
     context = {

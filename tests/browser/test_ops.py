@@ -27,7 +27,6 @@ CHARTS = [
     "pending-hours",
     "fragmentation-now",
     "fragmentation-hours",
-    "waste",
     "team-usage",
 ]
 
@@ -77,6 +76,9 @@ def test_an_admin_sees_every_chart_and_a_member_is_refused(
         )
     expect(page.locator("#capacity-l4")).to_contain_text("l4")
     expect(page.get_by_test_id("duty-off")).to_contain_text("Not configured", timeout=30_000)
+    # nothing was preempted or failed: the waste table says so, and no empty chart is drawn
+    expect(page.get_by_test_id("waste")).to_contain_text("None.")
+    expect(page.locator("[data-testid=chart-waste]")).to_have_count(0)
     screenshot("ops desktop")
     assert errors == []
 
