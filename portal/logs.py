@@ -34,10 +34,14 @@ def request_id_from(incoming: str | None) -> str:
 
 
 class RequestIdFilter(logging.Filter):
-    """Stamps every record with the current request id ("" outside any request or task)."""
+    """Stamps every record with the current request id ("" outside any request or task), or
+    that of the request the record carries (Django's own lines about a response's status are
+    written after the request's middleware has returned)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = REQUEST_ID.get()
+        record.request_id = REQUEST_ID.get() or getattr(
+            getattr(record, "request", None), "request_id", ""
+        )
         return True
 
 

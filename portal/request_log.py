@@ -31,6 +31,9 @@ class RequestIdMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request_id = request_id_from(request.headers.get(HEADER))
+        # Also on the request: Django logs a 4xx or 5xx ("django.request") after the middleware
+        # returned, with the request on the record (``RequestIdFilter`` reads it there).
+        request.request_id = request_id  # type: ignore[attr-defined]
         token = REQUEST_ID.set(request_id)
         started = time.monotonic()
         try:

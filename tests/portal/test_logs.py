@@ -72,6 +72,17 @@ def test_each_request_writes_one_json_line_with_the_callers_request_id(log_lines
 
 
 @pytest.mark.django_db
+def test_djangos_own_line_about_a_4xx_carries_the_request_id(log_lines):
+    response = Client().get("/no-such-page/", HTTP_X_REQUEST_ID="lb-404")
+
+    assert response.status_code == 404
+    (line,) = log_lines.of("django.request")
+    assert line["level"] == "WARNING"
+    assert line["message"] == "Not Found: /no-such-page/"
+    assert line["request_id"] == "lb-404"
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("incoming", [None, "", "two words", "a\nb", "x" * 129, '{"forged": 1}'])
 def test_without_a_well_formed_request_id_a_new_one_is_made(log_lines, incoming):
     headers = {} if incoming is None else {"HTTP_X_REQUEST_ID": incoming}
