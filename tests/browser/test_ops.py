@@ -80,6 +80,14 @@ def test_an_admin_sees_every_chart_and_a_member_is_refused(
     expect(page.get_by_test_id("waste")).to_contain_text("None.")
     expect(page.locator("[data-testid=chart-waste]")).to_have_count(0)
     screenshot("ops desktop")
+    # on a phone: tables scroll in their own boxes, the page itself never sideways
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    expect(page.locator("[data-testid=chart-team-usage] .main-svg").first).to_be_visible(
+        timeout=30_000
+    )
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    screenshot("ops phone")
     assert errors == []
 
     page.context.clear_cookies()
