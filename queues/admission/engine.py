@@ -4,14 +4,15 @@
 ``asks.plan_order``). For each job it tries its GPU classes cheapest first and admits it where it
 fits now; otherwise it tries preemption (only jobs of ``graceful``/``preemptible`` queues: borrowed
 work reclaimed by reservation holders and by lenders while its team borrows, or the team's own
-lower-priority work), and otherwise explains why it waits. The first job blocked on a class by
-capacity gets an EASY shadow reservation: later jobs may start on that class only if they end
-before the shadow time or use capacity the shadow job will not need.
+lower-priority work), and otherwise explains why it waits. Each job that does not start gets a
+reservation (conservative backfill, ``_reserve``): the earliest time it fits for its whole runtime
+on the class's capacity and its team's quota, behind the reservations ahead of it. A later job may
+start only where it delays none of them.
 
 Probes (``Snapshot.probes``, hypothetical jobs) are checked at their place in plan order with the
 same rules, read-only: one that would fit then is estimated to start now; the others ride along in
-the forward simulation as ghosts (see ``estimate``). They never take capacity, preempt, or set an
-EASY shadow, so the plan for real jobs is the same with or without them.
+the forward simulation as ghosts (see ``estimate``). They never take capacity, preempt, or make a
+reservation, so the plan for real jobs is the same with or without them.
 
 Speed: jobs the planner would treat alike (same queue, team, capability, shape, runtime) share one
 cached verdict per version of the capacity they depend on, so a full cluster costs one check per
@@ -48,25 +49,34 @@ from queues.admission.state import Alloc, Pool, State, place, pods_nodes
 
 @dataclass(slots=True)
 class Shadow:
-    """The EASY reservation of the first job blocked on a class: from ``time`` it needs
-    ``pool``'s devices, leaving ``extra`` per node and ``eq_extra`` in the class aggregate."""
+    """The head-of-queue reservation of a blocked job on a class: from ``time`` to ``end`` it
+    needs ``used`` devices of ``pool`` (per local node) and ``eq`` of the class aggregate.
+    ``extra`` (per node of ``pool``) and ``eq_extra`` are what is left at ``time`` once it and
+    every reservation running then have theirs: a later job that would still run at ``time`` may
+    use only that."""
 
     job_id: JobId
     time: datetime
+    end: datetime
     pool: Pool
+    used: list[tuple[int, int]]
+    eq: int
     extra: list[int]
     eq_extra: int
 
 
 @dataclass(slots=True)
 class QuotaShadow:
-    """The head-of-queue reservation of a team's first job blocked on a class by the team's
-    quota: from ``time`` it needs the quota its team's jobs free by then. Until then the team's
-    later jobs that would still run at ``time`` may take only ``total_room`` more of the team's
-    quota (and ``nominal_room`` more within nominal, when the blocked job needs nominal)."""
+    """The same reservation on its team's quota of the class: from ``time`` to ``end`` it needs
+    ``demand`` of the quota (within nominal when ``nominal``). A later job of the team that
+    would still run at ``time`` may take only ``total_room`` more of the quota (and
+    ``nominal_room`` more within nominal, when the reserved job needs nominal)."""
 
     job_id: JobId
     time: datetime
+    end: datetime
+    demand: int
+    nominal: bool
     total_room: int
     nominal_room: int | None
 
@@ -88,11 +98,11 @@ class Outcome:
 class Pass:
     state: State
     dry_run: bool
-    shadows: dict[str, Shadow] = field(default_factory=dict)
-    quota_shadows: dict[tuple[str, str], QuotaShadow] = field(default_factory=dict)
-    # A team's first quota-blocked job per class whose shadow is not computed yet: it is, the
-    # first time a later job of that team might take the class's quota (most never do).
-    quota_heads: dict[tuple[str, str], Ask] = field(default_factory=dict)
+    # head-of-queue reservations per class and per (team, class), in plan order
+    shadows: dict[str, list[Shadow]] = field(default_factory=dict)
+    quota_shadows: dict[tuple[str, str], list[QuotaShadow]] = field(default_factory=dict)
+    reserved: int = 0  # reservations made so far in the pass
+    held: dict[tuple[Any, ...], tuple[JobId | None, bool]] = field(default_factory=dict)
     preempt: bool = True  # False in the forecast: it does not foresee preemptions
     explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
     explain_only: AbstractSet[JobId] | None = None  # the jobs to explain (None: all)
@@ -427,9 +437,11 @@ def _consider(run: Pass, ask: Ask) -> None:
         return
     outcome = Outcome(ask, reasons)
     if not reasons:
-        # Every class would take it were it not for a shadow: a job ahead holds the capacity.
+        # Every class would take it were it not for a reservation: a job ahead holds the
+        # capacity. It gets its own reservation behind theirs.
         if explain:
             outcome.backfill_blocked_by, outcome.held_quota = _held_for(run, ask)
+        _maybe_shadow(run, ask)
     elif not run.dry_run and run.preempt and _preempt(run, ask, outcome):
         pass
     else:
@@ -439,16 +451,36 @@ def _consider(run: Pass, ask: Ask) -> None:
 
 def _held_for(run: Pass, ask: Ask) -> tuple[JobId | None, bool]:
     """The job ahead whose head-of-queue reservation keeps ``ask`` from starting, and whether
-    it is its team's quota shadow (True) or a class's capacity shadow."""
-    end = run.state.now + ask.runtime
+    it is held by its team's quota (True) or by the class's capacity (False): the first in plan
+    order that alone leaves too little, else the first the job would overlap."""
+    state = run.state
+    key = ("held", ask.key, _versions(state, ask))
+    cached = run.held.get(key)
+    if cached is None:
+        cached = run.held[key] = _find_holder(run, ask)
+    return cached
+
+
+def _find_holder(run: Pass, ask: Ask) -> tuple[JobId | None, bool]:
+    state = run.state
+    end = state.now + ask.runtime
+    first: tuple[JobId | None, bool] = (None, False)
     for gpu_class in ask.classes:
-        quota = _quota_shadow(run, (ask.job.team, gpu_class))
-        if quota is not None and end > quota.time:
-            return quota.job_id, True
-        shadow = run.shadows.get(gpu_class)
-        if shadow is not None and end > shadow.time:
-            return shadow.job_id, False
-    return None, False
+        demand = ask.demand[gpu_class]
+        for quota in run.quota_shadows.get((ask.job.team, gpu_class), ()):
+            if end > quota.time:
+                if demand > quota.total_room or (
+                    quota.nominal_room is not None and demand > quota.nominal_room
+                ):
+                    return quota.job_id, True
+                first = first if first[0] is not None else (quota.job_id, True)
+        options = entitlement(state, ask, gpu_class)
+        for shadow in run.shadows.get(gpu_class, ()):
+            if end > shadow.time:
+                if options and _fit_under(state, ask, gpu_class, options, [shadow]) is None:
+                    return shadow.job_id, False
+                first = first if first[0] is not None else (shadow.job_id, False)
+    return first
 
 
 def _probe_start(
@@ -466,10 +498,7 @@ def _probe_fits_now(run: Pass, ask: Ask) -> bool:
     (no hold, no cached verdict, no shadow), so real jobs see the same pass."""
     if ask.static or user_limit_cause(run.state, ask) is not None:
         return False
-    return any(
-        _fit(run, ask, c, entitlement(run.state, ask, c), run.shadows.get(c)) is not None
-        for c in ask.classes
-    )
+    return any(_fit(run, ask, c, entitlement(run.state, ask, c)) is not None for c in ask.classes)
 
 
 def user_limit_cause(state: State, ask: Ask) -> PendingReason | None:
@@ -522,9 +551,7 @@ def _fit_any(run: Pass, ask: Ask) -> Fit | None:
     if key in run.no_fit:
         return None
     for gpu_class in ask.classes:
-        fit = _fit(
-            run, ask, gpu_class, entitlement(run.state, ask, gpu_class), run.shadows.get(gpu_class)
-        )
+        fit = _fit(run, ask, gpu_class, entitlement(run.state, ask, gpu_class))
         if fit is not None:
             return fit
     run.no_fit.add(key)
@@ -532,90 +559,82 @@ def _fit_any(run: Pass, ask: Ask) -> Fit | None:
 
 
 def _fit(
-    run: Pass, ask: Ask, gpu_class: str, options: list[Option], shadow: Shadow | None
+    run: Pass, ask: Ask, gpu_class: str, options: list[Option], reserved: bool = True
 ) -> Fit | None:
-    """``fit_class`` under the class's EASY shadow: a job that would still run at the shadow
-    time may use only what the shadow job will not need."""
+    """``fit_class`` under the head-of-queue reservations ahead (unless not ``reserved``): a job
+    that would still run when one starts may use only what that one leaves."""
     state = run.state
+    if not reserved:
+        return fit_class(state, ask, gpu_class, options)
     options = _quota_guard(run, ask, gpu_class, options)
     if not options:
         return None
-    if shadow is None or state.now + ask.runtime <= shadow.time:
+    end = state.now + ask.runtime
+    shadows = [s for s in run.shadows.get(gpu_class, ()) if s.time < end]
+    return _fit_under(state, ask, gpu_class, options, shadows)
+
+
+def _fit_under(
+    state: State, ask: Ask, gpu_class: str, options: list[Option], shadows: list[Shadow]
+) -> Fit | None:
+    if not shadows:
         return fit_class(state, ask, gpu_class, options)
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
-    view = None
-    if pool is shadow.pool:
-        view = [min(free, extra) for free, extra in zip(pool.free, shadow.extra, strict=True)]
-    return fit_class(state, ask, gpu_class, options, view, shadow.eq_extra)
+    view: list[int] | None = None
+    for shadow in shadows:
+        if shadow.pool is pool:
+            left = shadow.extra if view is None else view
+            view = [min(a, b) for a, b in zip(left, shadow.extra, strict=True)]
+    if view is not None and pool is not None:
+        view = [min(free, extra) for free, extra in zip(pool.free, view, strict=True)]
+    return fit_class(state, ask, gpu_class, options, view, min(s.eq_extra for s in shadows))
 
 
 def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> list[Option]:
-    """``options`` without the quota ones that would delay the team's quota-blocked job ahead
-    (its ``QuotaShadow``): a job that ends before that job's time may use any quota."""
+    """``options`` without the quota ones that would delay a reserved job of the team ahead
+    (its ``QuotaShadow``): a job that ends before such a job starts may use any quota."""
     if all(option[0] is CapacityKind.RESERVED for option in options):
         return options
-    quota = _quota_shadow(run, (ask.job.team, gpu_class))
-    if quota is None or run.state.now + ask.runtime <= quota.time:
+    end = run.state.now + ask.runtime
+    quotas = [q for q in run.quota_shadows.get((ask.job.team, gpu_class), ()) if q.time < end]
+    if not quotas:
         return options
     demand = ask.demand[gpu_class]
+    total_room = min(q.total_room for q in quotas)
+    nominal_rooms = [q.nominal_room for q in quotas if q.nominal_room is not None]
     kept = []
     for option in options:
         kind = option[0]
         if kind is not CapacityKind.RESERVED:
-            if demand > quota.total_room:
+            if demand > total_room:
                 continue
-            nominal_room = quota.nominal_room
-            if kind is CapacityKind.NOMINAL and nominal_room is not None and demand > nominal_room:
+            if kind is CapacityKind.NOMINAL and nominal_rooms and demand > min(nominal_rooms):
                 continue
         kept.append(option)
     return kept
 
 
-def _quota_shadow(run: Pass, key: tuple[str, str]) -> QuotaShadow | None:
-    """The team's quota shadow on the class, computed now if its head job waits for it."""
-    head = run.quota_heads.pop(key, None)
-    if head is not None:
-        # The class's capacity is held by its EASY shadow; protect the quota from when the
-        # team's jobs free enough of it (never later than the head can start: safe, and
-        # cheaper than walking the class's capacity too).
-        walk = _QuotaWalk.start(run.state, head, key[1])
-        when = run.state.now
-        for end, alloc, _ in _class_ends(run.state, key[1]):
-            if walk.fits():
-                break
-            if alloc.team == walk.team:
-                walk.ended(alloc)
-                when = end
-        if walk.fits():
-            run.quota_shadows[key] = walk.shadow(head.job.id, when)
-            run.state.class_version[key[1]] += 1
-    return run.quota_shadows.get(key)
-
-
 def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc:
     state = run.state
     alloc = hold(state, ask, fit, start or state.now)
-    quota = run.quota_shadows.get((ask.job.team, fit.gpu_class))
-    if (
-        quota is not None
-        and fit.kind is not CapacityKind.RESERVED
-        and alloc.end > quota.time
-        and alloc.job_id != quota.job_id
-    ):
-        quota.total_room -= alloc.eq
-        if fit.kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
-            quota.nominal_room -= alloc.eq
+    if fit.kind is not CapacityKind.RESERVED:
+        for quota in run.quota_shadows.get((ask.job.team, fit.gpu_class), ()):
+            if alloc.end > quota.time and alloc.job_id != quota.job_id:
+                quota.total_room -= alloc.eq
+                if fit.kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
+                    quota.nominal_room -= alloc.eq
     run.fresh.add(ask.job.id)
     borrowed = 0
     if fit.kind is CapacityKind.BORROWED:
         # what the job adds to the team's use beyond nominal; the rest fills nominal room
         borrowed = min(alloc.eq, state.borrowing((ask.job.team, fit.gpu_class)))
-    shadow = run.shadows.get(fit.gpu_class)
-    if fit.constrained and shadow is not None:
-        shadow.eq_extra -= alloc.eq
-        if shadow.pool is fit.pool:
-            for spot in alloc.spots:
-                shadow.extra[spot.local] -= spot.devices
+    shadows = run.shadows.get(fit.gpu_class, ())
+    for shadow in shadows:
+        if alloc.end > shadow.time:
+            shadow.eq_extra -= alloc.eq
+            if shadow.pool is fit.pool:
+                for spot in alloc.spots:
+                    shadow.extra[spot.local] -= spot.devices
     if start is None:
         if run.dry_run:
             run.outcomes.append(Outcome(ask, [], start=state.now, would_admit=True))
@@ -628,7 +647,7 @@ def _admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Allo
                     gpu_eq=Fraction(alloc.eq, state.scale),
                     capacity=fit.kind,
                     reservation_id=fit.reservation_id,
-                    backfilled=shadow is not None,
+                    backfilled=bool(shadows),
                     borrowed_gpu_eq=Fraction(borrowed, state.scale),
                 )
             )
@@ -710,7 +729,7 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
         return False
     for gpu_class in ask.classes:
         held = (ask.job.team, gpu_class)
-        if gpu_class in run.shadows or held in run.quota_shadows or held in run.quota_heads:
+        if run.shadows.get(gpu_class) or run.quota_shadows.get(held):
             continue
         options = [
             o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
@@ -736,7 +755,7 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
             victims = _choose_victims(run, ask, gpu_class, option, candidates)
             if victims is None:
                 continue
-            fit = _fit(run, ask, gpu_class, [option], None)
+            fit = _fit(run, ask, gpu_class, [option], reserved=False)
             assert fit is not None
             grace = max((v.grace for v in victims), default=timedelta(0))
             start = state.now + grace
@@ -779,7 +798,7 @@ def _choose_victims(
             continue
         state.give_back(alloc)
         chosen.append(alloc)
-        if _fit(run, ask, gpu_class, [option], None) is not None:
+        if _fit(run, ask, gpu_class, [option], reserved=False) is not None:
             fits = True
             break
     if not fits:
@@ -788,7 +807,7 @@ def _choose_victims(
         return None
     for alloc in sorted(chosen, key=lambda a: (-a.lost_work.total_seconds(), a.job_id)):
         state.take(alloc)
-        if _fit(run, ask, gpu_class, [option], None) is None:
+        if _fit(run, ask, gpu_class, [option], reserved=False) is None:
             state.give_back(alloc)
     victims = [a for a in chosen if not a.live]
     return sorted(victims, key=lambda a: a.job_id)
@@ -829,69 +848,46 @@ def _duration(value: timedelta) -> str:
     return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
-# ---------------------------------------------------------------------- EASY backfill
+# ---------------------------------------------------------------------- conservative backfill
+
+# Head-of-queue reservations one pass makes at most per class: the first blocked jobs in plan
+# order get one each; jobs behind them start wherever they fit without delaying any of those.
+RESERVATION_DEPTH = 64
 
 
 def _maybe_shadow(run: Pass, ask: Ask) -> None:
-    """Give the first job blocked on a class its head-of-queue reservation, whatever blocks it:
-    capacity (an EASY shadow on the class) or its team's quota (a quota shadow for the team on
-    the class, and the class's EASY shadow too when it has none yet)."""
+    """Give a blocked job its head-of-queue reservation on the first class (cost order) where
+    one can be found with what runs now and the reservations ahead of it, whatever blocks it:
+    capacity or its team's quota."""
     state = run.state
-    # Whether a shadow can be found depends on what is held, and on the shadows already set
-    # (a class or team that has one is skipped): a job like one that found none finds none.
-    tried = (ask.key, state.changes, len(run.shadows), len(run.quota_shadows))
+    # Whether a reservation can be found depends on what is held and what is reserved: a job
+    # like one that found none finds none until either changes.
+    tried = (ask.key, state.changes, run.reserved)
     if tried in run.no_shadow:
         return
     run.no_shadow.add(tried)
     for gpu_class in ask.classes:
         pool = state.pools.get((gpu_class, ask.mode, ask.profile))
-        if pool is None:
+        if pool is None or len(run.shadows.get(gpu_class, ())) >= RESERVATION_DEPTH:
             continue
         options = entitlement(state, ask, gpu_class)
         if options:
-            if gpu_class in run.shadows:
-                continue
-            shadow = _shadow_for(state, ask, gpu_class, pool, options[0])
-            if shadow is not None:
-                run.shadows[gpu_class] = shadow
-                state.class_version[gpu_class] += 1
-                return
+            option = options[0]
+        elif ask.queue.reservation_only or not _open_to(state, ask, gpu_class):
             continue
-        key = (ask.job.team, gpu_class)
-        if key in run.quota_shadows or key in run.quota_heads or ask.queue.reservation_only:
-            continue
-        if not _open_to(state, ask, gpu_class):
-            continue
-        if gpu_class in run.shadows:
-            # the class's capacity is held already: the team's quota shadow waits until needed
-            run.quota_heads[key] = ask
+        else:
+            kind = CapacityKind.BORROWED if ask.queue.can_borrow else CapacityKind.NOMINAL
+            lend = ask.queue.can_borrow and ask.queue.preemption is PreemptionClass.PREEMPTIBLE
+            option = (kind, None, lend)
+        if _reserve(run, ask, gpu_class, pool, option):
+            run.reserved += 1
             state.class_version[gpu_class] += 1
             return
-        if _set_quota_shadow(run, ask, gpu_class):
-            return
-
-
-def _set_quota_shadow(run: Pass, ask: Ask, gpu_class: str) -> bool:
-    """Give quota-blocked ``ask`` its team's quota shadow on the class (and the class's EASY
-    shadow when it has none); False when what runs now never frees enough for it."""
-    state = run.state
-    pool = state.pools[(gpu_class, ask.mode, ask.profile)]
-    walk = _QuotaWalk.start(state, ask, gpu_class)
-    kind = CapacityKind.BORROWED if ask.queue.can_borrow else CapacityKind.NOMINAL
-    lend = ask.queue.can_borrow and ask.queue.preemption is PreemptionClass.PREEMPTIBLE
-    shadow = _shadow_for(state, ask, gpu_class, pool, (kind, None, lend), walk)
-    if shadow is None:
-        return False
-    run.quota_shadows[(ask.job.team, gpu_class)] = walk.shadow(ask.job.id, shadow.time)
-    if gpu_class not in run.shadows:
-        run.shadows[gpu_class] = shadow
-    state.class_version[gpu_class] += 1
-    return True
 
 
 @dataclass(slots=True)
 class _QuotaWalk:
-    """The team's quota use of one class as its jobs end, for a quota-blocked job's shadow."""
+    """The team's quota use of one class over time, for a reservation."""
 
     team: str
     demand: int
@@ -923,20 +919,22 @@ class _QuotaWalk:
         if alloc.kind is CapacityKind.NOMINAL:
             self.held -= alloc.eq
 
-    def fits(self) -> bool:
-        """The same rule as ``entitlement``: nominal within nominal, everything within the cap."""
-        if self.total + self.demand > self.cap:
-            return False
-        return not self.needs_nominal or self.held + self.demand <= self.nominal
+    def add(self, quota: QuotaShadow, sign: int) -> None:
+        self.total += sign * quota.demand
+        if quota.nominal:
+            self.held += sign * quota.demand
 
-    def shadow(self, job_id: JobId, time: datetime) -> QuotaShadow:
-        nominal_room = self.nominal - self.held - self.demand if self.needs_nominal else None
-        return QuotaShadow(job_id, time, self.cap - self.total - self.demand, nominal_room)
+    def fits(self, more: int = 0, more_nominal: int = 0) -> bool:
+        """The same rule as ``entitlement`` (nominal within nominal, everything within the cap),
+        with ``more`` (``more_nominal`` within nominal) reserved by others meanwhile."""
+        if self.total + more + self.demand > self.cap:
+            return False
+        return not self.needs_nominal or self.held + more_nominal + self.demand <= self.nominal
 
 
 def _class_ends(state: State, gpu_class: str) -> list[tuple[datetime, Alloc, int]]:
     """The class's jobs by end time with the GPU-eq each holds on eligible nodes, kept for as
-    long as the class does not change (every shadow of a pass walks it)."""
+    long as the class does not change (every reservation of a pass walks it)."""
     key = ("ends", gpu_class, state.changes)
     cached = state.memo.get(key)
     if cached is None:
@@ -949,49 +947,137 @@ def _class_ends(state: State, gpu_class: str) -> list[tuple[datetime, Alloc, int
     return cached
 
 
-def _shadow_for(
-    state: State,
-    ask: Ask,
-    gpu_class: str,
-    pool: Pool,
-    option: Option,
-    quota: _QuotaWalk | None = None,
-) -> Shadow | None:
-    """Walk this class's running jobs by end time until ``ask`` would fit (and, with ``quota``,
-    its team's quota would take it); None if it never does with what is running now."""
+_ENDS, _RESERVED_ENDS, _RESERVED_STARTS = 0, 1, 2
+_Event = tuple[datetime, int, Any]
+
+
+@dataclass(slots=True)
+class _Room:
+    """What one reservation walk sees at a moment: the class's usable GPU-eq, the free devices
+    per node of the job's pool, and its team's quota use (None for a reservation's capacity)."""
+
+    pool: Pool
+    rid: int | None
+    usable: int
+    free: list[int]
+    quota: _QuotaWalk | None
+
+    def apply(self, event: _Event) -> bool:
+        """Apply one event; True if it frees something."""
+        _, what, item = event
+        if what == _ENDS:
+            alloc, eligible_eq = item
+            if not (alloc.kind is CapacityKind.RESERVED and alloc.reservation_id != self.rid):
+                self.usable += eligible_eq
+            for spot in alloc.spots:
+                if spot.pool is self.pool:
+                    self.free[spot.local] += spot.devices
+            if self.quota is not None:
+                self.quota.ended(alloc)
+            return True
+        sign = 1 if what == _RESERVED_ENDS else -1
+        if isinstance(item, Shadow):
+            self.usable += sign * item.eq
+            if item.pool is self.pool:
+                for local, devices in item.used:
+                    self.free[local] += sign * devices
+        elif self.quota is not None:
+            self.quota.add(item, -sign)
+        return sign > 0
+
+    def fits(self, demand: int) -> bool:
+        return demand <= self.usable and (self.quota is None or self.quota.fits())
+
+    def least(self, events: list[_Event], index: int, end: datetime) -> _Room:
+        """The least room from now until ``end``, applying ``events[index:]`` before ``end``
+        (room shrinks only where a reservation starts, so the least is at one of those): the
+        least usable GPU-eq and free devices per node, the most quota used."""
+        walk = None if self.quota is None else replace(self.quota)
+        now = _Room(self.pool, self.rid, self.usable, list(self.free), walk)
+        least = replace(self, free=list(self.free), quota=None if walk is None else replace(walk))
+        while index < len(events) and events[index][0] < end:
+            if not now.apply(events[index]):
+                least.usable = min(least.usable, now.usable)
+                least.free = [min(a, b) for a, b in zip(least.free, now.free, strict=True)]
+                if walk is not None and least.quota is not None:
+                    least.quota.total = max(least.quota.total, walk.total)
+                    least.quota.held = max(least.quota.held, walk.held)
+            index += 1
+        return least
+
+
+def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) -> bool:
+    """Reserve for ``ask`` the earliest time from which it fits ``gpu_class`` for its whole
+    runtime (limit), given that running jobs end at their limits and the reservations already
+    made keep theirs (and, unless the option is a reservation's, its team's quota would take
+    it); False if there is none with what runs now.
+
+    The walk visits the times something ends or a reservation ends; from each, the job must fit
+    the least room until it would end (the room shrinks only where a reservation starts)."""
+    state = run.state
     shape = ask.shapes[gpu_class]
     demand = ask.demand[gpu_class]
     kind, rid, lend = option
     own = state.holder_reservations(ask.job.team, ask.queue.name, gpu_class)
-    usable = state.usable(gpu_class, kind, rid, lend, own)
-    free = list(pool.free)
-    ends = _class_ends(state, gpu_class)
+    quota = None if kind is CapacityKind.RESERVED else _QuotaWalk.start(state, ask, gpu_class)
+    room = _Room(pool, rid, state.usable(gpu_class, kind, rid, lend, own), list(pool.free), quota)
+    shadows = run.shadows.setdefault(gpu_class, [])
+    quotas = run.quota_shadows.get((ask.job.team, gpu_class), []) if quota else []
+    events: list[_Event] = [(end, _ENDS, item) for end, *item in _class_ends(state, gpu_class)]
+    reservations: list[Shadow | QuotaShadow] = [*shadows, *quotas]
+    for reserved in reservations:
+        events.append((reserved.time, _RESERVED_STARTS, reserved))
+        events.append((reserved.end, _RESERVED_ENDS, reserved))
+    events.sort(key=lambda e: (e[0], e[1]))
     index = 0
-    while index < len(ends):
-        when = ends[index][0]
-        while index < len(ends) and ends[index][0] == when:
-            _, alloc, eligible_eq = ends[index]
+    while index < len(events):
+        when = events[index][0]
+        released = False
+        while index < len(events) and events[index][0] == when:
+            released = room.apply(events[index]) or released
             index += 1
-            holds_reserved = alloc.kind is CapacityKind.RESERVED and alloc.reservation_id != rid
-            if not holds_reserved:
-                usable += eligible_eq
-            for spot in alloc.spots:
-                if spot.pool is pool:
-                    free[spot.local] += spot.devices
-            if quota is not None:
-                quota.ended(alloc)
-        if demand > usable:
+        if not released or not room.fits(demand):
             continue
-        if quota is not None and not quota.fits():
+        end = when + ask.runtime
+        least = room.least(events, index, end)
+        if not least.fits(demand):
             continue
-        placement = place(pool, shape, free)
+        placement = place(pool, shape, least.free)
         if placement is None:
             continue
-        extra = list(free)
-        for local, pods in placement:
-            extra[local] -= pods * shape.devices
-        return Shadow(ask.job.id, when, pool, extra, usable - demand)
-    return None
+        used = [(local, pods * shape.devices) for local, pods in placement]
+        extra = list(room.free)
+        for local, devices in used:
+            extra[local] -= devices
+        for shadow in shadows:
+            if when <= shadow.time < end:
+                shadow.eq_extra -= demand
+                if shadow.pool is pool:
+                    for local, devices in used:
+                        shadow.extra[local] -= devices
+        shadows.append(
+            Shadow(ask.job.id, when, end, pool, used, demand, extra, room.usable - demand)
+        )
+        if quota is not None:
+            for reserved in quotas:
+                if when <= reserved.time < end:
+                    reserved.total_room -= demand
+                    if quota.needs_nominal and reserved.nominal_room is not None:
+                        reserved.nominal_room -= demand
+            nominal_room = quota.nominal - quota.held - demand if quota.needs_nominal else None
+            run.quota_shadows.setdefault((ask.job.team, gpu_class), []).append(
+                QuotaShadow(
+                    ask.job.id,
+                    when,
+                    end,
+                    demand,
+                    quota.needs_nominal,
+                    quota.cap - quota.total - demand,
+                    nominal_room,
+                )
+            )
+        return True
+    return False
 
 
 # ---------------------------------------------------------------------- assembling

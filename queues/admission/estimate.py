@@ -22,8 +22,8 @@ behind it, with the same entitlement, capacity and placement rules. A ghost that
 time as its estimate and leaves; it never holds capacity and the checks only read the state, so no
 real job's estimate changes. Where a real job in the probe's place would fare differently:
 
-* a ghost that does not fit cannot hold back the real jobs behind it (nor, in the pass, set an
-  EASY shadow), so they may take what frees up first and its estimate comes later;
+* a ghost that does not fit cannot hold back the real jobs behind it (nor, in the pass, make a
+  reservation), so they may take what frees up first and its estimate comes later;
 * it never preempts;
 * parked on its team's quota or a user limit, it returns as soon as one of that team's or user's
   jobs ends, not in turn behind the parked jobs ahead of it, so it may come earlier.

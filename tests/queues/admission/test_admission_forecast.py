@@ -24,23 +24,27 @@ H100 = "h100-80gb"
 QUEUES = (queue("training", default_runtime=timedelta(minutes=30)),)
 
 
-def mixed(seed: int) -> Snapshot:
+SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8))  # (pods, GPUs per pod)
+
+
+def mixed(
+    seed: int, shapes: tuple[tuple[int, int], ...] = SHAPES, one_node: bool = False
+) -> Snapshot:
     """A small oversubscribed cluster: 4 × 8 H100, running jobs ending at different times, and
     a burst of 1-16-GPU jobs (gangs of 2 × 8 too) of two teams, one of them short of quota."""
     rng = random.Random(seed)
-    nodes = [node(f"n{i}") for i in range(4)]
+    nodes = [node("n0", gpus=32)] if one_node else [node(f"n{i}") for i in range(4)]
     busy = [
         running(
             100 + i,
             "vision" if i % 2 else "nlp",
-            f"n{i}",
+            "n0" if one_node else f"n{i}",
             gpus=rng.choice([4, 8]),
             started=timedelta(minutes=rng.randint(1, 9)),
             runtime=timedelta(minutes=rng.choice([10, 20, 30])),
         )
         for i in range(4)
     ]
-    shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]
     jobs = []
     for i in range(14):
         pods, gpus = rng.choice(shapes)
@@ -250,3 +254,104 @@ def test_a_job_kept_back_by_its_teams_quota_shadow_is_told_whose_start_it_would_
         "it, which starting this job would delay"
     )
     assert small.binding.details["held_for_job"] == 10
+
+
+def behind_a_quota_blocked_job() -> Snapshot:
+    """One 16-GPU node. Team vision's job 1 (8 GPUs) ends in 10 min; nlp's job 2 (4 GPUs, all
+    of nlp's quota) in 40 min; 4 GPUs are free. Waiting, in plan order: nlp's job 10 (4 GPUs,
+    blocked by its quota until 40 min), vision's job 11 (12 GPUs, 30 min: fits from 10 min,
+    ends when job 10 starts) and vision's job 12 (4 GPUs, 20 min: fits now, but would still
+    hold 4 of the 12 GPUs job 11 needs at 10 min)."""
+    return snapshot(
+        nodes=[node("n0", gpus=16)],
+        queues=QUEUES,
+        teams=[team("vision", {H100: 16}), team("nlp", {H100: 4})],
+        running=[
+            running(
+                1,
+                "vision",
+                "n0",
+                gpus=8,
+                started=timedelta(minutes=20),
+                runtime=timedelta(minutes=30),
+            ),
+            running(
+                2, "nlp", "n0", gpus=4, started=timedelta(minutes=20), runtime=timedelta(minutes=60)
+            ),
+        ],
+        pending=[
+            pending(10, "nlp", gpus=4, waited=timedelta(minutes=3)),
+            pending(
+                11,
+                "vision",
+                gpus=12,
+                waited=timedelta(minutes=2),
+                runtime_limit=timedelta(minutes=30),
+            ),
+            pending(
+                12,
+                "vision",
+                gpus=4,
+                waited=timedelta(minutes=1),
+                runtime_limit=timedelta(minutes=20),
+            ),
+        ],
+    )
+
+
+def test_every_blocked_job_keeps_its_reservation_not_only_the_first() -> None:
+    # Conservative backfill: job 12 would not delay job 10 (it ends first), but it would push
+    # job 11, the second blocked job, from 10 to 20 minutes: it waits, and is told for whom.
+    start = behind_a_quota_blocked_job()
+    result = plan(start)
+    assert result.admissions == ()
+    second, later = result.status(11), result.status(12)
+    assert second is not None and later is not None
+    assert second.estimated_start.at == NOW + timedelta(minutes=10)
+    assert later.binding.code.value == "Priority"
+    assert later.binding.details["held_for_job"] == 11
+    started = play(start)
+    assert started[11] == NOW + timedelta(minutes=10)
+    assert started[10] == NOW + timedelta(minutes=40)
+    assert started[12] == NOW + timedelta(minutes=40)
+
+
+def test_a_job_that_fits_a_hole_before_every_reservation_still_starts_now() -> None:
+    # The same, but job 12 runs at most 10 minutes: it ends before job 11 needs its GPUs.
+    start = behind_a_quota_blocked_job()
+    short = [
+        replace(job, runtime_limit=timedelta(minutes=10)) if job.id == 12 else job
+        for job in start.pending
+    ]
+    result = plan(replace(start, pending=tuple(short)))
+    assert [a.job_id for a in result.admissions] == [12]
+    assert result.admissions[0].backfilled
+    second = result.status(11)
+    assert second is not None and second.estimated_start.at == NOW + timedelta(minutes=10)
+
+
+def test_a_job_submitted_later_never_delays_the_bound_of_a_job_ahead_of_it() -> None:
+    # What a member is told at submit ("at the latest") holds against later submissions: a
+    # later job of the same priority starts only where it delays no job ahead of it. (Team
+    # vision comes after nlp in fair-share order, so its new jobs are behind every job.) On one
+    # 32-GPU node, so that which node a job lands on cannot matter: across nodes a later job
+    # can, rarely, change the node a job ahead is placed on and so its start (docs/admission.md).
+    for seed in range(40):
+        start = mixed(seed, one_node=True)
+        before = {s.job_id: s.estimated_start.at for s in plan(start).pending}
+        rng = random.Random(seed)
+        for extra in range(4):
+            pods, gpus = rng.choice(SHAPES)
+            later = pending(
+                50 + extra,
+                "vision",
+                gpus=gpus,
+                pods=pods,
+                waited=timedelta(seconds=0),
+                runtime_limit=timedelta(minutes=rng.choice([5, 10, 15, 30])),
+            )
+            start = replace(start, pending=(*start.pending, later))
+            after = {s.job_id: s.estimated_start.at for s in plan(start).pending}
+            for job_id, at in before.items():
+                assert at is not None and after[job_id] is not None
+                assert after[job_id] <= at, (seed, extra, job_id, at, after[job_id])
