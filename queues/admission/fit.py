@@ -39,7 +39,7 @@ def fit_class(
     """The first entitlement in ``options`` under which ``ask`` fits ``gpu_class`` now.
 
     ``view`` restricts the free devices per node of the job's pool and ``eq_cap`` its GPU-eq
-    (backfill passes what the reservations ahead leave over)."""
+    (backfill passes what the shadows ahead leave over)."""
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
     if pool is None or not options:
         return None

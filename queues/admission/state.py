@@ -594,8 +594,9 @@ def place(
     blocks stay whole for gangs. Several pods: the fewest nodes; among placements with that many
     nodes, one inside a single rack, else a single network domain. A required topology restricts
     the choice to one domain of that scope. Ties break on node name order, so it is deterministic.
-    ``free`` overrides the pool's free devices (backfill passes what the reservations ahead leave over) and
-    ``eligible`` which nodes may take work (the simulation asks about nodes back from maintenance).
+    ``free`` overrides the pool's free devices (backfill passes what the shadows ahead leave over)
+    and ``eligible`` which nodes may take work (the simulation asks about nodes back from
+    maintenance).
     """
     own = free is None and eligible is None
     view: Sequence[int] = pool.free if free is None else free
