@@ -21,6 +21,7 @@ distinct shape rather than one per job.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
@@ -102,6 +103,8 @@ class Pass:
     shadows: dict[str, list[Shadow]] = field(default_factory=dict)
     quota_shadows: dict[tuple[str, str], list[QuotaShadow]] = field(default_factory=dict)
     reserved: int = 0  # reservations made so far in the pass
+    walked: int = 0  # events the reservation walks visited (their cost)
+    views: dict[tuple[Any, ...], tuple[list[int] | None, int]] = field(default_factory=dict)
     held: dict[tuple[Any, ...], tuple[JobId | None, bool]] = field(default_factory=dict)
     preempt: bool = True  # False in the forecast: it does not foresee preemptions
     explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
@@ -187,6 +190,9 @@ def plan(
 # second (docs/benchmarks.md); what-ifs (``explain``) spend a fifth of it.
 REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
+# Moments the shadow walks of a replay's pass visit (``_reserve``) that cost as much as one job
+# check: a pass with many deep shadows over a big class spends the budget sooner.
+WALKED_PER_CHECK = 20
 # A waiting job's estimate when the plan skipped the forecast (``plan(estimates=False)``).
 NOT_ESTIMATED = (
     "being computed: with this many jobs waiting, estimates are refreshed every few seconds"
@@ -368,7 +374,7 @@ def _replay(
                 left.append(ask)
         for ghost in ghosts[next_ghost:]:
             _ghost_check(run, ghost, probe_starts, ghosts_left)
-        budget -= len(waiting) + len(ghosts)
+        budget -= len(waiting) + len(ghosts) + run.walked // WALKED_PER_CHECK
         waiting, ghosts = left, ghosts_left
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
@@ -571,7 +577,16 @@ def _fit(
         return None
     end = state.now + ask.runtime
     shadows = [s for s in run.shadows.get(gpu_class, ()) if s.time < end]
-    return _fit_under(state, ask, gpu_class, options, shadows)
+    if not shadows:
+        return fit_class(state, ask, gpu_class, options)
+    # what the shadows leave is the same for every job they constrain alike: worked out once
+    # per set of shadows and version of the class
+    pool = state.pools.get((gpu_class, ask.mode, ask.profile))
+    key = (gpu_class, id(pool), state.class_version[gpu_class], *(s.job_id for s in shadows))
+    left = run.views.get(key)
+    if left is None:
+        left = run.views[key] = _left_by(state, pool, shadows)
+    return fit_class(state, ask, gpu_class, options, *left)
 
 
 def _fit_under(
@@ -580,14 +595,23 @@ def _fit_under(
     if not shadows:
         return fit_class(state, ask, gpu_class, options)
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
+    return fit_class(state, ask, gpu_class, options, *_left_by(state, pool, shadows))
+
+
+def _left_by(
+    state: State, pool: Pool | None, shadows: list[Shadow]
+) -> tuple[list[int] | None, int]:
+    """The free devices per node of ``pool`` (None: the pool's own) and the class's GPU-eq that
+    a job running past every one of ``shadows`` may use."""
     view: list[int] | None = None
     for shadow in shadows:
         if shadow.pool is pool:
-            left = shadow.extra if view is None else view
-            view = [min(a, b) for a, b in zip(left, shadow.extra, strict=True)]
-    if view is not None and pool is not None:
-        view = [min(free, extra) for free, extra in zip(pool.free, view, strict=True)]
-    return fit_class(state, ask, gpu_class, options, view, min(s.eq_extra for s in shadows))
+            if view is None:
+                view = list(pool.free)
+            for local, extra in enumerate(shadow.extra):
+                if extra < view[local]:
+                    view[local] = extra
+    return view, min(s.eq_extra for s in shadows)
 
 
 def _quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> list[Option]:
@@ -852,7 +876,7 @@ def _duration(value: timedelta) -> str:
 
 # Head-of-queue reservations one pass makes at most per class: the first blocked jobs in plan
 # order get one each; jobs behind them start wherever they fit without delaying any of those.
-RESERVATION_DEPTH = 64
+RESERVATION_DEPTH = 32
 
 
 def _maybe_shadow(run: Pass, ask: Ask) -> None:
@@ -988,22 +1012,52 @@ class _Room:
     def fits(self, demand: int) -> bool:
         return demand <= self.usable and (self.quota is None or self.quota.fits())
 
-    def least(self, events: list[_Event], index: int, end: datetime) -> _Room:
-        """The least room from now until ``end``, applying ``events[index:]`` before ``end``
-        (room shrinks only where a reservation starts, so the least is at one of those): the
-        least usable GPU-eq and free devices per node, the most quota used."""
+    def at_starts(self, events: list[_Event]) -> list[_AtStart]:
+        """The room at each time a shadow starts (from a copy of this one, walking ``events``):
+        the usable GPU-eq, the team's quota use, and the free devices of the nodes that shadow
+        takes. Between two such times room only grows, so the least room over any span is the
+        room at its start or at one of these."""
         walk = None if self.quota is None else replace(self.quota)
-        now = _Room(self.pool, self.rid, self.usable, list(self.free), walk)
-        least = replace(self, free=list(self.free), quota=None if walk is None else replace(walk))
-        while index < len(events) and events[index][0] < end:
-            if not now.apply(events[index]):
-                least.usable = min(least.usable, now.usable)
-                least.free = [min(a, b) for a, b in zip(least.free, now.free, strict=True)]
-                if walk is not None and least.quota is not None:
-                    least.quota.total = max(least.quota.total, walk.total)
-                    least.quota.held = max(least.quota.held, walk.held)
-            index += 1
-        return least
+        room = _Room(self.pool, self.rid, self.usable, list(self.free), walk)
+        found: list[_AtStart] = []
+        last = max((e[0] for e in events if e[1] == _RESERVED_STARTS), default=None)
+        index = 0
+        while last is not None and index < len(events) and events[index][0] <= last:
+            when = events[index][0]
+            touched: list[int] = []
+            starts = False
+            while index < len(events) and events[index][0] == when:
+                event = events[index]
+                room.apply(event)
+                if event[1] == _RESERVED_STARTS:
+                    starts = True
+                    if isinstance(event[2], Shadow) and event[2].pool is self.pool:
+                        touched.extend(local for local, _ in event[2].used)
+                index += 1
+            if starts:
+                nodes = {local: room.free[local] for local in touched}
+                total, held = (walk.total, walk.held) if walk is not None else (0, 0)
+                found.append(_AtStart(when, room.usable, total, held, nodes))
+        return found
+
+
+@dataclass(slots=True)
+class _AtStart:
+    time: datetime
+    usable: int
+    total: int
+    held: int
+    free: dict[int, int]
+
+
+def _class_end_events(state: State, gpu_class: str) -> list[_Event]:
+    key = ("end events", gpu_class, state.changes)
+    cached = state.memo.get(key)
+    if cached is None:
+        cached = [(end, _ENDS, (alloc, eq)) for end, alloc, eq in _class_ends(state, gpu_class)]
+        state.memo[key] = cached
+    assert isinstance(cached, list)
+    return cached
 
 
 def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) -> bool:
@@ -1023,12 +1077,17 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
     room = _Room(pool, rid, state.usable(gpu_class, kind, rid, lend, own), list(pool.free), quota)
     shadows = run.shadows.setdefault(gpu_class, [])
     quotas = run.quota_shadows.get((ask.job.team, gpu_class), []) if quota else []
-    events: list[_Event] = [(end, _ENDS, item) for end, *item in _class_ends(state, gpu_class)]
     reservations: list[Shadow | QuotaShadow] = [*shadows, *quotas]
+    held: list[_Event] = []
     for reserved in reservations:
-        events.append((reserved.time, _RESERVED_STARTS, reserved))
-        events.append((reserved.end, _RESERVED_ENDS, reserved))
-    events.sort(key=lambda e: (e[0], e[1]))
+        held.append((reserved.time, _RESERVED_STARTS, reserved))
+        held.append((reserved.end, _RESERVED_ENDS, reserved))
+    held.sort(key=lambda e: (e[0], e[1]))
+    events = list(
+        heapq.merge(_class_end_events(state, gpu_class), held, key=lambda e: (e[0], e[1]))
+    )
+    at_starts = room.at_starts(events) if held else []
+    start_times = [a.time for a in at_starts]
     index = 0
     while index < len(events):
         when = events[index][0]
@@ -1036,13 +1095,31 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
         while index < len(events) and events[index][0] == when:
             released = room.apply(events[index]) or released
             index += 1
+        run.walked += 1
         if not released or not room.fits(demand):
             continue
         end = when + ask.runtime
-        least = room.least(events, index, end)
-        if not least.fits(demand):
-            continue
-        placement = place(pool, shape, least.free)
+        window = at_starts[
+            bisect.bisect_right(start_times, when) : bisect.bisect_left(start_times, end)
+        ]
+        free = room.free
+        if window:
+            if demand > min(a.usable for a in window):
+                continue
+            if quota is not None:
+                saved = quota.total, quota.held
+                quota.total = max(saved[0], *(a.total for a in window))
+                quota.held = max(saved[1], *(a.held for a in window))
+                fits = quota.fits()
+                quota.total, quota.held = saved
+                if not fits:
+                    continue
+            free = list(free)
+            for at in window:
+                for local, value in at.free.items():
+                    if value < free[local]:
+                        free[local] = value
+        placement = place(pool, shape, free)
         if placement is None:
             continue
         used = [(local, pods * shape.devices) for local, pods in placement]
