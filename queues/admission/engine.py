@@ -1107,12 +1107,9 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
             if demand > min(a.usable for a in window):
                 continue
             if quota is not None:
-                saved = quota.total, quota.held
-                quota.total = max(saved[0], *(a.total for a in window))
-                quota.held = max(saved[1], *(a.held for a in window))
-                fits = quota.fits()
-                quota.total, quota.held = saved
-                if not fits:
+                more = max(a.total for a in window) - quota.total
+                more_nominal = max(a.held for a in window) - quota.held
+                if not quota.fits(max(more, 0), max(more_nominal, 0)):
                     continue
             free = list(free)
             for at in window:
