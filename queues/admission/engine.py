@@ -5,14 +5,14 @@
 fits now; otherwise it tries preemption (only jobs of ``graceful``/``preemptible`` queues: borrowed
 work reclaimed by reservation holders and by lenders while its team borrows, or the team's own
 lower-priority work), and otherwise explains why it waits. Each job that does not start gets a
-reservation (conservative backfill, ``_reserve``): the earliest time it fits for its whole runtime
-on the class's capacity and its team's quota, behind the reservations ahead of it. A later job may
-start only where it delays none of them.
+shadow, a reservation of its start (conservative backfill, ``_reserve``): the earliest time it
+fits for its whole runtime on the class's capacity and its team's quota, behind the shadows ahead
+of it. A later job may start only where it delays none of them.
 
 Probes (``Snapshot.probes``, hypothetical jobs) are checked at their place in plan order with the
 same rules, read-only: one that would fit then is estimated to start now; the others ride along in
-the forward simulation as ghosts (see ``estimate``). They never take capacity, preempt, or make a
-reservation, so the plan for real jobs is the same with or without them.
+the forward simulation as ghosts (see ``estimate``). They never take capacity, preempt, or set a
+shadow, so the plan for real jobs is the same with or without them.
 
 Speed: jobs the planner would treat alike (same queue, team, capability, shape, runtime) share one
 cached verdict per version of the capacity they depend on, so a full cluster costs one check per
