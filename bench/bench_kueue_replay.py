@@ -70,8 +70,8 @@ Kueue's `test/performance/scheduler/configs/baseline/generator.yaml`, mapped as 
 - Workloads created by the test's client → jobs posted to `POST /api/jobs/batch/`, one request
   per 100 ms tick holding that tick's jobs of every team (up to 4 requests in flight).
 - BestEffortFIFO → the engine's order (queue priority, job priority, the team's fair share,
-  submission time) with EASY backfill: a later job may start now only if it does not delay the
-  first job blocked on its class (judged by runtime limits: 1 h here, so hardly ever).
+  submission time) with conservative backfill: a later job may start now only if it delays no
+  job blocked ahead of it on its class (judged by runtime limits: 1 h here, so hardly ever).
 - `reclaimWithinCohort: Any` → a lender takes borrowed GPUs back by preemption whatever the
   borrower's priority: the queue is `preemptible`, which is also what lets its jobs borrow.
 - `withinClusterQueue: LowerPriority` → within a team, a higher-priority job may preempt a
