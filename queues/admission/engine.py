@@ -976,6 +976,10 @@ _ENDS, _RESERVED_ENDS, _RESERVED_STARTS = 0, 1, 2
 _Event = tuple[datetime, int, Any]
 
 
+def _event_order(event: _Event) -> tuple[datetime, int]:
+    return event[0], event[1]
+
+
 @dataclass(slots=True)
 class _Room:
     """What one reservation walk sees at a moment: the class's usable GPU-eq, the free devices
@@ -1083,10 +1087,10 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
     for reserved in reservations:
         held.append((reserved.time, _RESERVED_STARTS, reserved))
         held.append((reserved.end, _RESERVED_ENDS, reserved))
-    held.sort(key=lambda e: (e[0], e[1]))
-    events = list(
-        heapq.merge(_class_end_events(state, gpu_class), held, key=lambda e: (e[0], e[1]))
-    )
+    held.sort(key=_event_order)
+    events = list(_class_end_events(state, gpu_class))
+    for event in held:  # few: into the cached list of ends, where they belong
+        bisect.insort(events, event, key=_event_order)
     at_starts = room.at_starts(events) if held else []
     start_times = [a.time for a in at_starts]
     index = 0
