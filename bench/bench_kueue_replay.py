@@ -69,7 +69,8 @@ Kueue's `test/performance/scheduler/configs/baseline/generator.yaml`, mapped as 
   start, at speed 1; no image pull).
 - Workloads created by the test's client → jobs posted to `POST /api/jobs/batch/`, one request
   per 100 ms tick holding that tick's jobs of every team (up to 4 requests in flight).
-- BestEffortFIFO → the engine's order (queue priority, job priority, the team's fair share,
+- BestEffortFIFO → the engine's order (queue priority; jobs within their team's nominal quota
+  before jobs that would borrow, as Kueue's cohort ordering; job priority, the team's fair share,
   submission time) with conservative backfill: a later job may start now only if it delays no
   job blocked ahead of it on its class (judged by runtime limits: 1 h here, so hardly ever).
 - `reclaimWithinCohort: Any` → a lender takes borrowed GPUs back by preemption whatever the

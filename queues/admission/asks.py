@@ -97,28 +97,70 @@ def order_key_of(snapshot: Snapshot) -> Callable[[PendingJob], OrderKey]:
 
 
 def plan_order(snapshot: Snapshot) -> list[PendingJob]:
-    """Pending jobs in the order the planner considers them (see ``order_key_of``)."""
+    """Pending jobs by ``order_key_of``; the planner then puts, within each queue priority,
+    jobs that would borrow after the rest (``build_asks``)."""
     return sorted(snapshot.pending, key=order_key_of(snapshot))
 
 
 def build_asks(state: State) -> list[Ask]:
-    """An ask per pending job, in plan order (``Ask.order`` 0, 1, …)."""
-    return _asks(state, list(enumerate(plan_order(state.snapshot))))
+    """An ask per pending job, in plan order (``Ask.order`` 0, 1, …): ``order_key_of``, except
+    that within a queue priority the jobs that fit their team's nominal quota come before those
+    that would borrow (``_borrowers``), as Kueue orders a cohort's workloads, so that a team's
+    borrowing never takes what another team is about to claim within its quota."""
+    asks = _asks(state, list(enumerate(plan_order(state.snapshot))))
+    borrows = _borrowers(state, asks)
+    asks.sort(key=lambda ask: (-ask.queue.priority, ask.job.id in borrows, ask.order))
+    return [replace(ask, order=order) for order, ask in enumerate(asks)]
+
+
+def _borrowers(
+    state: State, asks: list[Ask], room: dict[tuple[str, str], int] | None = None
+) -> set[int]:
+    """The ids of the asks (in ``order_key_of`` order) that would borrow: of a queue that may
+    borrow, and beyond what is left of their team's nominal quota of their cheapest class once
+    its running jobs and the asks ahead of them that fit are counted. ``room`` (filled in) is
+    what is left per (team, class)."""
+    room = {} if room is None else room
+    borrows: set[int] = set()
+    for ask in asks:
+        if ask.static or not ask.classes or ask.queue.reservation_only:
+            continue
+        gpu_class = ask.classes[0]
+        key = (ask.job.team, gpu_class)
+        if key not in room:
+            room[key] = state.nominal.get(key, 0) - state.nominal_jobs_eq.get(key, 0)
+        demand = ask.demand[gpu_class]
+        if demand <= room[key]:
+            room[key] -= demand
+        elif ask.queue.can_borrow:
+            borrows.add(ask.job.id)
+    return borrows
 
 
 def build_probe_asks(state: State, asks: list[Ask]) -> list[Ask]:
     """An ask per probe, sorted by (order, probe id). A probe counts as submitted at ``now``, and
-    its ``order`` is the number of real jobs ahead of it: every real job whose order key, id left
-    aside, is lower or equal (``asks`` is in plan order, so a binary search finds it)."""
+    its ``order`` is the number of real jobs ahead of it: every real job of a higher queue
+    priority, every one of the same that does not borrow when the probe would, and of the rest
+    every one whose order key, id left aside, is lower or equal (``asks`` is in plan order, so a
+    binary search finds it)."""
     snapshot = state.snapshot
     key = order_key_of(snapshot)
-    placed: list[tuple[int, PendingJob]] = []
-    for probe in snapshot.probes:
-        job = replace(probe, submitted_at=snapshot.now)
-        ahead = bisect.bisect_right(asks, key(job)[:-1], key=lambda ask: key(ask.job)[:-1])
-        placed.append((ahead, job))
-    placed.sort(key=lambda item: (item[0], item[1].id))
-    return _asks(state, placed)
+    base = sorted(asks, key=lambda ask: key(ask.job))
+    room: dict[tuple[str, str], int] = {}
+    borrows = _borrowers(state, base, room)
+
+    def rank(ask: Ask, borrow: bool) -> tuple[Any, ...]:
+        return (-ask.queue.priority, borrow, key(ask.job)[:-1])
+
+    ranks = [rank(ask, ask.job.id in borrows) for ask in asks]
+    probes = _asks(state, [(0, replace(p, submitted_at=snapshot.now)) for p in snapshot.probes])
+    placed: list[Ask] = []
+    for probe in probes:
+        borrow = bool(_borrowers(state, [probe], dict(room)))
+        ahead = bisect.bisect_right(ranks, rank(probe, borrow))
+        placed.append(replace(probe, order=ahead))
+    placed.sort(key=lambda ask: (ask.order, ask.job.id))
+    return placed
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The planner: one pass over pending jobs in order, then a forward simulation for estimates.
 
 ``plan(snapshot)`` is the engine's entry point. The pass considers jobs in plan order (see
-``asks.plan_order``). For each job it tries its GPU classes cheapest first and admits it where it
+``asks.build_asks``). For each job it tries its GPU classes cheapest first and admits it where it
 fits now; otherwise it tries preemption (only jobs of ``graceful``/``preemptible`` queues: borrowed
 work reclaimed by reservation holders and by lenders while its team borrows, or the team's own
 lower-priority work), and otherwise explains why it waits. Each job that does not start gets a

@@ -233,3 +233,31 @@ def test_a_lender_still_reclaims_while_the_borrowing_team_borrows() -> None:
     )
 
     assert [p.job_id for p in result.preemptions] == [3]
+
+
+def test_jobs_within_their_teams_quota_come_before_jobs_that_would_borrow() -> None:
+    # One 8-GPU A100 node; vision and nlp each hold a nominal 4 and may borrow 4. Vision ranks
+    # first in fair share, and its second job would borrow nlp's idle 4. Like Kueue, which
+    # admits a cohort's non-borrowing workloads first, nlp's job within its quota goes ahead of
+    # it: otherwise vision would borrow the GPUs now and nlp would reclaim them by preemption
+    # at the next cycle.
+    result = plan(
+        snapshot(
+            gpu_classes=CLASSES,
+            capability_classes=CAPABILITIES,
+            nodes=[node("a1", A100)],
+            teams=[team("vision", {A100: (4, 4)}), team("nlp", {A100: (4, 4)}, usage=100)],
+            pending=[
+                pending(1, "vision", "batch", gpus=4, waited=timedelta(minutes=3)),
+                pending(2, "vision", "batch", gpus=4, waited=timedelta(minutes=2)),
+                pending(3, "nlp", "batch", gpus=4, waited=timedelta(minutes=1)),
+            ],
+        )
+    )
+    assert sorted((a.job_id, a.capacity) for a in result.admissions) == [
+        (1, CapacityKind.NOMINAL),
+        (3, CapacityKind.NOMINAL),
+    ]
+    waiting = result.status(2)
+    assert waiting is not None and waiting.position == 1
+    assert waiting.binding.code is ReasonCode.INSUFFICIENT_CAPACITY
