@@ -146,19 +146,32 @@ def build_probe_asks(state: State, asks: list[Ask]) -> list[Ask]:
     snapshot = state.snapshot
     key = order_key_of(snapshot)
     base = sorted(asks, key=lambda ask: key(ask.job))
+    base_keys = [key(ask.job)[:-1] for ask in base]
+    probes = _asks(state, [(0, replace(p, submitted_at=snapshot.now)) for p in snapshot.probes])
+    # whether a probe would borrow depends on the quota left by the jobs ahead of it in
+    # ``order_key_of`` order: walk them once, stopping at each probe's place
+    at = sorted(
+        ((bisect.bisect_right(base_keys, key(p.job)[:-1]), p) for p in probes),
+        key=lambda item: (item[0], item[1].job.id),
+    )
     room: dict[tuple[str, str], int] = {}
-    borrows = _borrowers(state, base, room)
+    borrows: set[int] = set()
+    probe_borrows: set[int] = set()
+    done = 0
+    for index, probe in at:
+        borrows |= _borrowers(state, base[done:index], room)
+        done = index
+        probe_borrows |= _borrowers(state, [probe], dict(room))
+    borrows |= _borrowers(state, base[done:], room)
 
     def rank(ask: Ask, borrow: bool) -> tuple[Any, ...]:
         return (-ask.queue.priority, borrow, key(ask.job)[:-1])
 
     ranks = [rank(ask, ask.job.id in borrows) for ask in asks]
-    probes = _asks(state, [(0, replace(p, submitted_at=snapshot.now)) for p in snapshot.probes])
-    placed: list[Ask] = []
-    for probe in probes:
-        borrow = bool(_borrowers(state, [probe], dict(room)))
-        ahead = bisect.bisect_right(ranks, rank(probe, borrow))
-        placed.append(replace(probe, order=ahead))
+    placed = [
+        replace(p, order=bisect.bisect_right(ranks, rank(p, p.job.id in probe_borrows)))
+        for p in probes
+    ]
     placed.sort(key=lambda ask: (ask.order, ask.job.id))
     return placed
 

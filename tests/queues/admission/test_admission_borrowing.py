@@ -261,3 +261,21 @@ def test_jobs_within_their_teams_quota_come_before_jobs_that_would_borrow() -> N
     waiting = result.status(2)
     assert waiting is not None and waiting.position == 1
     assert waiting.binding.code is ReasonCode.INSUFFICIENT_CAPACITY
+
+
+def test_a_probe_that_fits_the_quota_ahead_of_a_later_job_is_not_counted_as_borrowing() -> None:
+    # Vision may hold 4 (and borrow 4); one 4-GPU node is free. A high-priority probe comes
+    # before vision's waiting 4-GPU job in order, so it fits the nominal quota and would start
+    # now, as a real job in its place would; the waiting job then would borrow.
+    start = snapshot(
+        gpu_classes=CLASSES,
+        capability_classes=CAPABILITIES,
+        nodes=[node("a1", A100, gpus=4)],
+        teams=[team("vision", {A100: (4, 4)})],
+        pending=[pending(1, "vision", "batch", gpus=4)],
+        probes=(pending(900, "vision", "batch", gpus=4, priority=10),),
+    )
+    result = plan(start)
+    estimate = result.probe_estimate(900)
+    assert estimate is not None and estimate.at == start.now
+    assert [a.job_id for a in result.admissions] == [1]
