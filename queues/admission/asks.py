@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from queues.admission.capability import CapabilityRequest, resolve_capability
@@ -36,7 +37,10 @@ class Ask:
     this plan: none ever can, or it is held back after roll-backs (``held_back_reason``) until
     ``held_until``; such a job keeps its classes and shapes, so the start-time simulation brings
     it in at that time.
-    ``key`` identifies every job that the planner would treat identically except for its user.
+    ``key`` identifies every job that the planner would treat identically except for its user:
+    a small int, the same for equal (queue, capability, shape, team, runtime) within one plan
+    (``State.ask_key``), so that the pass's caches hash it cheaply. ``sort_key`` is its
+    ``order_key_of`` key (empty for a probe).
     """
 
     job: PendingJob
@@ -49,9 +53,10 @@ class Ask:
     demand: dict[str, int]
     shapes: dict[str, Shape]
     static: tuple[PendingReason, ...]
-    key: tuple[Any, ...]
+    key: int
     rank: tuple[int, int]
     held_until: datetime | None = None
+    sort_key: tuple[Any, ...] = ()
 
     @property
     def min_demand(self) -> int:
@@ -107,10 +112,16 @@ def build_asks(state: State) -> list[Ask]:
     that within a queue priority the jobs that fit their team's nominal quota come before those
     that would borrow (``_borrowers``), as Kueue orders a cohort's workloads, so that a team's
     borrowing never takes what another team is about to claim within its quota."""
-    asks = _asks(state, list(enumerate(plan_order(state.snapshot))))
+    key = order_key_of(state.snapshot)
+    keyed = sorted(((key(job), job) for job in state.snapshot.pending), key=itemgetter(0))
+    asks = _asks(state, [(order, job) for order, (_, job) in enumerate(keyed)])
+    for ask, (sort_key, _) in zip(asks, keyed, strict=True):
+        ask.sort_key = sort_key
     borrows = _borrowers(state, asks)
     asks.sort(key=lambda ask: (-ask.queue.priority, ask.job.id in borrows, ask.order))
-    return [replace(ask, order=order) for order, ask in enumerate(asks)]
+    for order, ask in enumerate(asks):  # fresh asks: numbered in place, not copied
+        ask.order = order
+    return asks
 
 
 def _borrowers(
@@ -144,9 +155,11 @@ def build_probe_asks(state: State, asks: list[Ask]) -> list[Ask]:
     every one whose order key, id left aside, is lower or equal (``asks`` is in plan order, so a
     binary search finds it)."""
     snapshot = state.snapshot
+    if not snapshot.probes:
+        return []
     key = order_key_of(snapshot)
-    base = sorted(asks, key=lambda ask: key(ask.job))
-    base_keys = [key(ask.job)[:-1] for ask in base]
+    base = sorted(asks, key=attrgetter("sort_key"))
+    base_keys = [ask.sort_key[:-1] for ask in base]
     probes = _asks(state, [(0, replace(p, submitted_at=snapshot.now)) for p in snapshot.probes])
     # whether a probe would borrow depends on the quota left by the jobs ahead of it in
     # ``order_key_of`` order: walk them once, stopping at each probe's place
@@ -164,12 +177,14 @@ def build_probe_asks(state: State, asks: list[Ask]) -> list[Ask]:
         probe_borrows |= _borrowers(state, [probe], dict(room))
     borrows |= _borrowers(state, base[done:], room)
 
-    def rank(ask: Ask, borrow: bool) -> tuple[Any, ...]:
-        return (-ask.queue.priority, borrow, key(ask.job)[:-1])
-
-    ranks = [rank(ask, ask.job.id in borrows) for ask in asks]
+    ranks = [(-a.queue.priority, a.job.id in borrows, a.sort_key[:-1]) for a in asks]
     placed = [
-        replace(p, order=bisect.bisect_right(ranks, rank(p, p.job.id in probe_borrows)))
+        replace(
+            p,
+            order=bisect.bisect_right(
+                ranks, (-p.queue.priority, p.job.id in probe_borrows, key(p.job)[:-1])
+            ),
+        )
         for p in probes
     ]
     placed.sort(key=lambda ask: (ask.order, ask.job.id))
@@ -242,7 +257,7 @@ def _asks(state: State, jobs: list[tuple[int, PendingJob]]) -> list[Ask]:
                 demand=resolution.demand,
                 shapes=resolution.shapes,
                 static=static,
-                key=(rkey, job.team, runtime),
+                key=state.ask_key((rkey, job.team, runtime)),
                 rank=(queue.priority, job.priority),
                 held_until=held_until,
             )

@@ -254,6 +254,7 @@ def forecast(
 def _copy_state(state: State) -> State:
     """A fresh state with what ``state``'s pass did: its admissions held, its victims gone."""
     copy = State(state.snapshot)
+    copy.ask_keys = state.ask_keys
     for job_id in [j for j in copy.allocs if j not in state.allocs]:
         copy.give_back(copy.allocs[job_id])
     for job_id, alloc in state.allocs.items():
@@ -416,8 +417,13 @@ def _finish(
 # ---------------------------------------------------------------------- the pass
 
 
-def _versions(state: State, ask: Ask) -> tuple[int, ...]:
-    return tuple(state.class_version[c] for c in ask.classes)
+def _versions(state: State, ask: Ask) -> int | tuple[int, ...]:
+    """The versions of ``ask``'s classes, for cache keys (one class, the usual case: an int;
+    asks of equal ``key`` have the same classes, so the two forms never meet)."""
+    classes = ask.classes
+    if len(classes) == 1:
+        return state.class_version[classes[0]]
+    return tuple(state.class_version[c] for c in classes)
 
 
 def _consider(run: Pass, ask: Ask) -> None:

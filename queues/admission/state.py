@@ -244,6 +244,8 @@ class State:
         self.outside: dict[str, int] = {name: 0 for name in self.classes}
         self.user_allocs: dict[tuple[str, str], dict[JobId, Alloc]] = {}
         self.memo: dict[tuple[object, ...], object] = {}  # per-version caches of hint lookups
+        # ``Ask.key`` numbers (``ask_key``); a copy made for a replay shares them
+        self.ask_keys: dict[tuple[object, ...], int] = {}
         # Counts every change of what jobs hold, of reservations and of node eligibility (not
         # the planner's own shadows, which bump ``class_version``): a key for what depends on
         # those alone.
@@ -253,6 +255,11 @@ class State:
         self._build_reservations()
         for job in sorted(snapshot.running, key=lambda j: j.id):
             self._load_running(job)
+
+    def ask_key(self, key: tuple[object, ...]) -> int:
+        """A small int for ``key``, the same for equal keys: the pass's caches are keyed by
+        it thousands of times, and a nested tuple is hashed anew every time."""
+        return self.ask_keys.setdefault(key, len(self.ask_keys))
 
     # ------------------------------------------------------------------ building
 

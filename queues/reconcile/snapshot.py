@@ -226,10 +226,11 @@ _PENDING_COLUMNS = (
     "rollbacks",
     "image",
 )
-# The last snapshot's waiting jobs by everything each was built from: a cycle runs whenever a
-# pod ends, and thousands of waiting jobs are the same as a second ago (a pure memo: a job
-# whose row, names, scheduler message or forecast changed is built anew).
-_PENDING_BUILT: dict[tuple[Any, ...], engine.PendingJob] = {}
+# The last snapshot's waiting jobs by id, with everything each was built from: a cycle runs
+# whenever a pod ends, and thousands of waiting jobs are the same as a second ago (a pure memo:
+# a job whose row, names, scheduler message or forecast changed is built anew). Keyed by id
+# and compared once, not hashed whole twice.
+_PENDING_BUILT: dict[int, tuple[tuple[Any, ...], engine.PendingJob]] = {}
 
 
 def _pending(
@@ -250,14 +251,16 @@ def _pending(
             "pk", user_model.USERNAME_FIELD
         )
     )
-    built: dict[tuple[Any, ...], engine.PendingJob] = {}
+    built: dict[int, tuple[tuple[Any, ...], engine.PendingJob]] = {}
     jobs = []
     for row in rows:
         queue, user = queue_names[row.queue_id], user_names[row.owner_id]
         names = (queue, team_names[row.team_id], user, capability_names[row.capability_class_id])
         key = (row, names, said.get(row.id, ""), forecast_of(queue, user, row.image))
-        job = _PENDING_BUILT.get(key)
-        if job is None:
+        known = _PENDING_BUILT.get(row.id)
+        if known is not None and known[0] == key:
+            job = known[1]
+        else:
             job = engine.PendingJob(
                 id=row.id,
                 queue=queue,
@@ -278,7 +281,7 @@ def _pending(
                 unschedulable=key[2],
                 forecast=key[3],
             )
-        built[key] = job
+        built[row.id] = (key, job)
         jobs.append(job)
     _PENDING_BUILT = built
     return tuple(jobs)
