@@ -183,7 +183,9 @@ class PodWatch(threading.Thread):
 
         self.cluster = Cluster.from_kubeconfig(str(kubeconfig))
         self.selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
-        self.running: dict[str, float] = {}  # pod UID → first seen running (epoch seconds)
+        self.created: dict[str, float] = {}  # pod UID → first seen at all (epoch seconds)
+        self.running: dict[str, float] = {}  # pod UID → first seen running
+        self.ended: dict[str, float] = {}  # pod UID → first seen succeeded or failed
         self.job_of: dict[str, int] = {}  # pod UID → portal job id
         self.reported: dict[str, tuple[datetime, datetime]] = {}  # UID → (startedAt, finishedAt)
         self.stopping = threading.Event()
@@ -214,17 +216,26 @@ class PodWatch(threading.Thread):
                 continue
             self.job_of[facts.uid] = facts.job_id
             phase = (obj.get("status") or {}).get("phase")
+            now = time.time()
+            self.created.setdefault(facts.uid, now)
             if phase in ("Running", "Succeeded", "Failed"):
-                self.running.setdefault(facts.uid, time.time())
+                self.running.setdefault(facts.uid, now)
+            if phase in ("Succeeded", "Failed"):
+                self.ended.setdefault(facts.uid, now)
             done = facts.container
             if phase == "Succeeded" and done.started_at and done.finished_at:
                 self.reported[facts.uid] = (done.started_at, done.finished_at)
 
     def first_running_by_job(self) -> dict[int, float]:
+        return self.by_job(self.running)
+
+    def by_job(self, seen: dict[str, float], last: bool = False) -> dict[int, float]:
+        """``seen`` (pod UID → time) per job: its first pod's time, or with ``last`` its last."""
+        pick = max if last else min
         out: dict[int, float] = {}
-        for uid, at in list(self.running.items()):
+        for uid, at in list(seen.items()):
             job = self.job_of[uid]
-            out[job] = min(at, out.get(job, at))
+            out[job] = pick(at, out.get(job, at))
         return out
 
 
@@ -369,8 +380,7 @@ def main() -> None:
 
         connection.close()
         result = kueue.outcome(start, args.cohorts)
-        running = watch.first_running_by_job()
-        admitted_to_running = admitted_running(running)
+        latencies = loop_latencies(watch)
         interval_problems = kueue.intervals_match_pods(dict(watch.reported))
         sim_state = sim_state_of(kubeconfig)
         quiet = quiet_latency(api, watch, args.quiet_jobs, args.cohorts)
@@ -380,7 +390,7 @@ def main() -> None:
                 arrivals,
                 result,
                 submitted,
-                admitted_to_running,
+                latencies,
                 quiet,
                 sim_state,
                 cpu,
@@ -419,14 +429,38 @@ def _tree(pid: int) -> list[int]:
     return [pid] + [int(c) for c in children]
 
 
-def admitted_running(running: dict[int, float]) -> list[float]:
-    """Seconds from each job's (last) admission to its pod first seen running."""
-    from queues.models import Job
+def loop_latencies(watch: PodWatch) -> dict[str, list[float]]:
+    """Where a job's turn goes, in seconds, per job: from its (last) admission to its pod
+    first seen (the cycle's rest and the Job's create), then to the pod seen running, and from
+    the pod seen ended to the cycle that noted the end (the job's ``succeeded`` event)."""
+    from queues.models import EventKind, Job, JobEvent
 
-    out = []
-    for job_id, admitted in Job.objects.values_list("pk", "admitted_at"):
-        if job_id in running and admitted is not None:
-            out.append(running[job_id] - admitted.timestamp())
+    created = watch.by_job(watch.created, last=True)
+    running = watch.first_running_by_job()
+    ended = watch.by_job(watch.ended, last=True)
+    noted = dict(JobEvent.objects.filter(kind=EventKind.SUCCEEDED).values_list("job_id", "at"))
+    out: dict[str, list[float]] = defaultdict(list)
+    rows = Job.objects.values_list("pk", "admitted_at", "started_at", "finished_at")
+    for job_id, admitted, started, finished in rows:
+        if admitted is None:
+            continue
+        at = admitted.timestamp()
+        # The cluster's own times, in whole seconds (floored: + 0.5 s is unbiased on average),
+        # do not depend on how soon a watch delivers them.
+        if started is not None:
+            out["admitted → started (cluster's time)"].append(started.timestamp() + 0.5 - at)
+        if finished is not None and job_id in noted:
+            out["ended (cluster's time) → end noted"].append(
+                noted[job_id].timestamp() - finished.timestamp() - 0.5
+            )
+        if job_id in running:
+            out["admitted → running"].append(running[job_id] - at)
+        if job_id in created:
+            out["admitted → pod created"].append(created[job_id] - at)
+            if job_id in running and running[job_id] >= created[job_id]:
+                out["pod created → running"].append(running[job_id] - created[job_id])
+        if job_id in ended and job_id in noted:
+            out["pod ended → end noted"].append(noted[job_id].timestamp() - ended[job_id])
     return out
 
 
@@ -466,7 +500,7 @@ def report(
     arrivals: list[kueue.Arrival],
     result: kueue.Outcome,
     submitted: dict[str, float],
-    admitted_to_running: list[float],
+    latencies: dict[str, list[float]],
     quiet: list[float],
     sim_state: dict[str, Any],
     cpu: float,
@@ -483,7 +517,10 @@ def report(
         "| --- | ---: | ---: |",
         f"| wall time, start to every job finished | {kueue.KUEUE_WALL_SECONDS:.0f} s | "
         f"{result.wall_seconds:.1f} s |",
-        f"| quota usage | {kueue.KUEUE_USAGE_PERCENT} % | {result.usage_percent:.1f} % |",
+        f"| quota usage: GPUs held by admitted jobs (Kueue's measure) | "
+        f"{kueue.KUEUE_USAGE_PERCENT} % | {result.held_percent:.1f} % |",
+        f"| GPUs in use: pods running, as the cluster reported | – | "
+        f"{result.usage_percent:.1f} % |",
     ]
     for stream in kueue.STREAMS:
         rows.append(
@@ -491,7 +528,12 @@ def report(
             f"{kueue.KUEUE_ADMISSION_SECONDS[stream.name]} s | "
             f"{by_class.get(stream.name, float('nan')):.2f} s |"
         )
-    a2r = admitted_to_running
+    a2r = latencies["admitted → running"]
+    steps = "; ".join(
+        f"{name} mean {sum(v) / len(v):.2f} s, p95 {kueue.percentile(v, 0.95):.2f} s"
+        for name, v in latencies.items()
+        if name != "admitted → running" and v
+    )
     lines = [
         f"Scenario: {args.cohorts} cohorts × {kueue.TEAMS_PER_COHORT} teams, "
         f"{len(arrivals):,} jobs (scale {args.scale:g}); machine load (1/5/15 min) "
@@ -511,7 +553,7 @@ def report(
             else f"**{len(interval_problems)} differ**: {interval_problems[:3]}"
         ),
         f"- Admission → pod seen running: mean {sum(a2r) / max(1, len(a2r)):.2f} s, "
-        f"p95 {kueue.percentile(a2r, 0.95):.2f} s ({len(a2r):,} jobs).",
+        f"p95 {kueue.percentile(a2r, 0.95):.2f} s ({len(a2r):,} jobs); {steps}.",
         f"- Quiet cluster, `POST /api/jobs/` → pod seen running ({len(quiet)} jobs, one at a "
         f"time): median {kueue.percentile(quiet, 0.5):.2f} s, p95 "
         f"{kueue.percentile(quiet, 0.95):.2f} s.",

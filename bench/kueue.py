@@ -209,7 +209,8 @@ class Outcome:
     jobs: int
     succeeded: int
     wall_seconds: float
-    usage_percent: float
+    usage_percent: float  # GPUs in use: pods running, as the cluster reported them
+    held_percent: float  # Kueue's measure: GPUs held by admitted jobs, admission → end seen
     admission_seconds: dict[str, float]  # mean time from submission to (first) admission
     preemptions: int
     problems: list[str]  # every broken promise, empty when all is well
@@ -259,16 +260,22 @@ def outcome(start: datetime, cohorts: int) -> Outcome:
     holding_team: dict[str, int] = defaultdict(int)
     held: dict[int, int] = {}
     capacity = NODES_PER_CLASS * GPUS_PER_NODE
+    held_seconds = 0.0  # ∫ GPUs held dt, as Kueue's ClusterQueue usage counts
+    held_now, held_since = 0, None
     for event in sorted(events, key=lambda e: (e.at, order.get(e.kind, 0), e.id)):
         job = jobs[event.job_id]
         if job.gpu_class is None:
             continue
+        if held_since is not None:
+            held_seconds += held_now * (event.at - held_since).total_seconds()
+        held_since = event.at
         key_class, key_team = job.gpu_class.name, job.team.name
         if event.kind == EventKind.ADMITTED:
             gpus = job.pods * job.gpus_per_pod
             held[job.pk] = gpus
             holding_class[key_class] += gpus
             holding_team[key_team] += gpus
+            held_now += gpus
             if holding_class[key_class] > capacity:
                 problems.append(
                     f"{key_class}: {holding_class[key_class]} GPUs held at {event.at} "
@@ -283,6 +290,7 @@ def outcome(start: datetime, cohorts: int) -> Outcome:
             gpus = held.pop(job.pk)
             holding_class[key_class] -= gpus
             holding_team[key_team] -= gpus
+            held_now -= gpus
     intervals = list(UsageInterval.objects.order_by("started_at", "id"))
     per_job = defaultdict(list)
     gpu_seconds = 0.0
@@ -314,6 +322,7 @@ def outcome(start: datetime, cohorts: int) -> Outcome:
         succeeded=succeeded,
         wall_seconds=wall,
         usage_percent=100 * gpu_seconds / (nominal_total * wall) if wall > 0 else 0.0,
+        held_percent=100 * held_seconds / (nominal_total * wall) if wall > 0 else 0.0,
         admission_seconds={k: sum(v) / len(v) for k, v in admission.items()},
         preemptions=preemptions,
         problems=problems,
