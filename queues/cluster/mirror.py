@@ -3,11 +3,11 @@
 The official client has no informer; this is the small one the portal needs. One thread per
 kind (nodes, pods, the portal's Jobs) lists, then watches from the list's resourceVersion,
 applying each event to an in-memory copy, and calls ``on_freed`` (if given) when an event
-says GPUs were given back: a pod or a Job ended, or a pod went. A ``410 Gone`` (the version
-fell out of the server's history) relists and resumes; any other error backs off (1 s doubling
-to 30 s) and retries, and ``error`` says since when the mirror has been failing. A reconcile
-reads the copy with no API call at all, so a cycle's calls are the writes it makes: they grow
-with what changed, not with how many jobs there are.
+says GPUs were given back: a Job ended, a pod went, or a pod of no Job ended. A ``410 Gone``
+(the version fell out of the server's history) relists and resumes; any other error backs off
+(1 s doubling to 30 s) and retries, and ``error`` says since when the mirror has been
+failing. A reconcile reads the copy with no API call at all, so a cycle's calls are the writes
+it makes: they grow with what changed, not with how many jobs there are.
 """
 
 from __future__ import annotations
@@ -50,18 +50,28 @@ FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 def frees_gpus(kind: str, event_type: str, before: dict | None, after: dict) -> bool:
-    """Whether an event of ``kind`` means GPUs were given back (a pod or a Job that ended, a
-    pod that went): what a cycle waits for to admit the next jobs. Pods starting, Jobs being
-    created and nodes' heartbeats are not."""
+    """Whether an event of ``kind`` means GPUs were given back (a Job that ended, a pod that
+    went, a pod of no Job that ended): what a cycle waits for to admit the next jobs. A Job's
+    pod that ends is not: the cycle gives the GPUs back when the Job says it completed or
+    failed, a moment later, and a cycle asked for by the pod would find nothing to do and hold
+    up the one the Job asks for. Pods starting, Jobs being created and nodes' heartbeats are
+    not either."""
     if kind == "pods":
         if event_type == "DELETED":
             return True
+        if _owned_by_job(after):
+            return False
         was = ((before or {}).get("status") or {}).get("phase")
         now = (after.get("status") or {}).get("phase")
         return now in FINISHED_POD_PHASES and was not in FINISHED_POD_PHASES
     if kind == "jobs" and event_type != "DELETED":
         return _job_ended(after) and not (before is not None and _job_ended(before))
     return False
+
+
+def _owned_by_job(pod: dict) -> bool:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(owner.get("kind") == "Job" for owner in owners)
 
 
 def _job_ended(job: dict) -> bool:

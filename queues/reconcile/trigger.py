@@ -2,7 +2,7 @@
 while it runs collapse into one follow-up.
 
 The worker's mirror calls ``Coalescer.request`` from its watch threads every time the cluster
-reports something that frees or moves GPUs (a pod or a Job ended); a burst of hundreds of such
+reports something that frees or moves GPUs (a Job ended, a pod went); a burst of hundreds of such
 events costs one call of ``run`` while one is under way, and one more after it.
 """
 

@@ -14,7 +14,7 @@ class Command(BaseCommand):
     help = (
         "Reconcile the portal with the cluster: one cycle with --once (listing the cluster), "
         "else following the cluster through watches: a cycle as soon as GPUs are given back "
-        "(a pod or a Job ended), and every --interval seconds."
+        "(a Job ended, a pod went), and every --interval seconds."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

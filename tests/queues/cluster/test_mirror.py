@@ -153,6 +153,26 @@ def test_which_pod_events_give_gpus_back(kind, event, before, after, frees):
 
 
 @pytest.mark.parametrize(
+    ("event", "before", "after", "frees"),
+    [
+        ("MODIFIED", "Running", "Succeeded", False),
+        ("MODIFIED", "Running", "Failed", False),
+        ("DELETED", "Running", "Running", True),
+    ],
+)
+def test_a_jobs_pod_that_ends_leaves_it_to_its_job_to_say_so(event, before, after, frees):
+    """A pod of a Job: its GPUs come back when the Job completes or fails (the next test), a
+    moment after the pod ends; one that is deleted gives them back at once."""
+    from queues.cluster.mirror import frees_gpus
+
+    def pod(phase):
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u"}
+        return {"metadata": {"ownerReferences": [owner]}, "status": {"phase": phase}}
+
+    assert frees_gpus("pods", event, pod(before), pod(after)) is frees
+
+
+@pytest.mark.parametrize(
     ("before", "after", "frees"),
     [([], ["Complete"], True), ([], ["Failed"], True), (["Complete"], ["Complete"], False)],
 )
