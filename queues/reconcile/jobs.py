@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, models, transaction
 from django.db.models import Q
 
 from portal.formatting import format_duration
@@ -57,10 +63,19 @@ def job_transition(
     message: str,
     now: datetime,
     details: dict[str, Any] | None = None,
+    counted: tuple[CycleReport, str] | None = None,
     **fields: Any,
 ) -> bool:
     """Move ``job`` from the state it was read in to ``to``, once: a conditional UPDATE, and the
-    timeline event only if this call made the change."""
+    timeline event only if this call made the change; ``counted`` (a report and a label) counts
+    the change in the cycle's report. Inside ``job_moves`` the change is written with the
+    pass's others at its end (and counted then, if it happened); this returns True and the job
+    shows its new state meanwhile."""
+    moves = _MOVES.get()
+    if moves is not None:
+        moves.todo.append(_Move(job, job.state, to, kind, message, now, details, counted, fields))
+        job.state = to
+        return True
     # savepoint=False: inside jobs_sync's transaction a savepoint per job would cost two more
     # round trips each, and nothing here is caught to roll back to.
     with transaction.atomic(savepoint=False):
@@ -71,8 +86,116 @@ def job_transition(
             )
     if moved:
         transition_log(job.pk, job.state, to, kind, message)
+        if counted is not None:
+            counted[0].transitions[counted[1]] += 1
         job.state = to
     return bool(moved)
+
+
+@dataclass
+class _Move:
+    job: Job
+    was: str
+    to: str
+    kind: EventKind
+    message: str
+    now: datetime
+    details: dict[str, Any] | None
+    counted: tuple[CycleReport, str] | None
+    fields: dict[str, Any]
+
+
+class _Moves:
+    def __init__(self) -> None:
+        self.todo: list[_Move] = []
+
+
+_MOVES: ContextVar[_Moves | None] = ContextVar("job_moves", default=None)
+
+
+@contextmanager
+def job_moves() -> Iterator[None]:
+    """The ``job_transition`` calls made inside, written together when it ends (PostgreSQL; at
+    once elsewhere): per step, and per (from, to, fields) of that step, one conditional UPDATE
+    from the rows as JSON returning the jobs it moved, then every event in one insert. A pass
+    that starts and ends hundreds of short jobs made a statement pair per change. Each change
+    still moves a job only from the state it was read in, once, and a job's second change of
+    the pass (admitted → running → succeeded) runs after its first and only if it happened.
+    Call it inside the transaction the changes belong to."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    moves = _Moves()
+    token = _MOVES.set(moves)
+    try:
+        yield
+    finally:
+        _MOVES.reset(token)
+    _moves_write(moves.todo)
+
+
+def _moves_write(todo: list[_Move]) -> None:
+    steps: dict[int, dict[tuple[str, str, tuple[str, ...]], list[_Move]]] = {}
+    seen: dict[int, int] = {}
+    for move in todo:
+        step = seen.get(move.job.pk, 0)
+        seen[move.job.pk] = step + 1
+        group = (move.was, move.to, tuple(sorted(move.fields)))
+        steps.setdefault(step, {}).setdefault(group, []).append(move)
+    done: list[_Move] = []
+    for step in sorted(steps):
+        for (was, to, names), moves in steps[step].items():
+            moved = _update_from_rows(was, to, names, moves)
+            done += [m for m in moves if m.job.pk in moved]
+    JobEvent.objects.bulk_create(
+        JobEvent(job_id=m.job.pk, at=m.now, kind=m.kind, message=m.message, details=m.details or {})
+        for m in done
+    )
+    for move in done:
+        transition_log(move.job.pk, move.was, move.to, move.kind, move.message)
+        if move.counted is not None:
+            move.counted[0].transitions[move.counted[1]] += 1
+
+
+def _update_from_rows(was: str, to: str, names: tuple[str, ...], moves: list[_Move]) -> set[int]:
+    """``UPDATE … SET state = to, each field = its row's value … WHERE state = was`` for every
+    move's job at once; the ids of the jobs it moved."""
+    quote = connection.ops.quote_name
+    fields = [Job._meta.get_field(name) for name in names]
+    columns = [quote(f.column) for f in fields]
+    types = [f.db_type(connection) for f in fields]
+    rows = [
+        {
+            "id": m.job.pk,
+            **{f.column: _json_value(f, m.fields[n]) for n, f in zip(names, fields, strict=True)},
+        }
+        for m in moves
+    ]
+    record = ", ".join(["id bigint", *(f"{c} {t}" for c, t in zip(columns, types, strict=True))])
+    sets = ", ".join([f"{quote('state')} = %s", *(f"{c} = v.{c}" for c in columns)])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(Job._meta.db_table)} AS j SET {sets} FROM jsonb_to_recordset(%s::jsonb)"
+            f" AS v({record}) WHERE j.{quote('id')} = v.id AND j.{quote('state')} = %s"
+            f" RETURNING j.{quote('id')}",
+            [to, json.dumps(rows), was],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _json_value(field: models.Field, value: Any) -> Any:
+    """``value`` of ``field`` as JSON that ``jsonb_to_recordset`` reads back as the column's."""
+    if isinstance(field, models.JSONField) or value is None:
+        return value
+    if isinstance(value, models.Model):
+        return value.pk
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds()} seconds"
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
 
 
 def transition_log(job_id: int, was: str, to: str, kind: EventKind, message: str) -> None:
@@ -135,7 +258,7 @@ def jobs_sync(view: ClusterView, *, now: datetime, report: CycleReport) -> None:
     )
     # One transaction for the whole pass: a cycle that moves hundreds of jobs commits once, and
     # if the worker dies mid-pass the next cycle makes the same moves from the same cluster state.
-    with transaction.atomic():
+    with transaction.atomic(), job_moves():
         for job in jobs:
             pods = pods_of.get(job.pk, [])
             k8s = view.jobs.get(job.pk)
@@ -158,7 +281,7 @@ def _sync_terminating(
         if job.not_before is not None:  # rolled back, and not started since
             held["not_before"] = now + rollback_backoff(job.rollbacks)
             message += f"; not admitted before {held['not_before'].isoformat(timespec='seconds')}"
-        if job_transition(
+        job_transition(
             job,
             to=JobState.PENDING,
             kind=EventKind.REQUEUED,
@@ -166,8 +289,8 @@ def _sync_terminating(
             message=message,
             **_requeue_fields(job),
             **held,
-        ):
-            report.transitions["preempted→pending"] += 1
+            counted=(report, "preempted→pending"),
+        )
     else:
         Job.objects.filter(pk=job.pk, terminating=True).update(terminating=False)
 
@@ -209,7 +332,7 @@ def _image_pull_failed(
     if not pulls:
         return False
     pod = pulls[0]
-    if job_transition(
+    job_transition(
         job,
         to=JobState.FAILED,
         kind=EventKind.FAILED,
@@ -219,15 +342,15 @@ def _image_pull_failed(
         failure_reason=f"{pod.container.reason}: {pod.container.message}"[:300],
         finished_at=now,
         terminating=True,
-    ):
-        report.transitions["admitted→failed"] += 1
+        counted=(report, "admitted→failed"),
+    )
     return True
 
 
 def _gang_started(job: Job, started: list[PodFacts], *, now: datetime, report: CycleReport) -> None:
     """Every pod runs: the job is running from when its last rank started."""
     start = max(at for p in started if (at := p.container.started_at) is not None)
-    if job_transition(
+    job_transition(
         job,
         to=JobState.RUNNING,
         kind=EventKind.STARTED,
@@ -237,8 +360,8 @@ def _gang_started(job: Job, started: list[PodFacts], *, now: datetime, report: C
         pending_reasons=[],
         rollbacks=0,
         not_before=None,
-    ):
-        report.transitions["admitted→running"] += 1
+        counted=(report, "admitted→running"),
+    )
 
 
 def _unschedulable_noted(job: Job, pods: list[PodFacts]) -> str:
@@ -269,7 +392,7 @@ def _roll_back(job: Job, *, started: int, stuck: str, now: datetime, report: Cyc
         + (f"; the scheduler said: {stuck}" if stuck else "")
         + f"; back in the queue once its pods are gone, held back {minutes_text(backoff)}"
     )
-    if job_transition(
+    job_transition(
         job,
         to=JobState.PREEMPTED,
         kind=EventKind.ROLLED_BACK,
@@ -284,8 +407,8 @@ def _roll_back(job: Job, *, started: int, stuck: str, now: datetime, report: Cyc
         terminating=True,
         rollbacks=rollbacks,
         not_before=now + backoff,
-    ):
-        report.transitions["admitted→rolled back"] += 1
+        counted=(report, "admitted→rolled back"),
+    )
 
 
 def _finished(k8s: dict | None) -> str:
@@ -312,7 +435,7 @@ def _sync_running(
     completion = parse_time((k8s.get("status") or {}).get("completionTime"))
     end = completion or (max(finished) if finished else now)
     if outcome == "Complete":
-        if job_transition(
+        job_transition(
             job,
             to=JobState.SUCCEEDED,
             kind=EventKind.SUCCEEDED,
@@ -320,8 +443,8 @@ def _sync_running(
             message="all pods completed",
             finished_at=end,
             exit_code=0,
-        ):
-            report.transitions[f"{before}→succeeded"] += 1
+            counted=(report, f"{before}→succeeded"),
+        )
         return
     if outcome.startswith("Failed"):
         cluster_reason = outcome.split(":", 1)[1]
@@ -338,7 +461,7 @@ def _sync_running(
         else:
             reason = cluster_reason or "Failed"
             message = f"the cluster marked the Job failed ({cluster_reason})"
-        if job_transition(
+        job_transition(
             job,
             to=JobState.FAILED,
             kind=EventKind.FAILED,
@@ -347,17 +470,15 @@ def _sync_running(
             failure_reason=reason,
             exit_code=bad.container.exit_code if bad else None,
             finished_at=max(finished) if finished else now,
-        ):
-            report.transitions[f"{before}→failed"] += 1
+            counted=(report, f"{before}→failed"),
+        )
         return
     overdue = (
         job.started_at is not None
         and now > job.started_at + job.runtime_limit + RUNTIME_LIMIT_GRACE
     )
-    if (
-        job.state == JobState.RUNNING
-        and overdue
-        and job_transition(
+    if job.state == JobState.RUNNING and overdue:
+        job_transition(
             job,
             to=JobState.FAILED,
             kind=EventKind.FAILED,
@@ -366,13 +487,12 @@ def _sync_running(
             failure_reason="TimedOut",
             finished_at=now,
             terminating=True,
+            counted=(report, "running→failed"),
         )
-    ):
-        report.transitions["running→failed"] += 1
 
 
 def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport) -> None:
-    if job_transition(
+    job_transition(
         job,
         to=JobState.FAILED,
         kind=EventKind.FAILED,
@@ -381,5 +501,5 @@ def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: C
         failure_reason="deleted outside the portal",
         finished_at=now,
         terminating=bool(pods),
-    ):
-        report.transitions["deleted outside"] += 1
+        counted=(report, "deleted outside"),
+    )
