@@ -323,6 +323,9 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of each stream's jobs")
     parser.add_argument("--quiet-jobs", type=int, default=20)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--keep-database", action="store_true", help=f"leave {DATABASE} for a look afterwards"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-kueue-"))
     processes: list[subprocess.Popen] = []
@@ -415,7 +418,8 @@ def main() -> None:
             from django.db import connections
 
             connections.close_all()
-        synthetic.database_drop(DATABASE)
+        if not args.keep_database:
+            synthetic.database_drop(DATABASE)
         subprocess.run(
             ["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], capture_output=True, check=False
         )

@@ -161,13 +161,17 @@ def _update_from_rows(was: str, to: str, names: tuple[str, ...], moves: list[_Mo
     """``UPDATE … SET state = to, each field = its row's value … WHERE state = was`` for every
     move's job at once; the ids of the jobs it moved."""
     quote = connection.ops.quote_name
-    fields = [Job._meta.get_field(name) for name in names]
-    columns = [quote(f.column) for f in fields]
+    fields = [_concrete(name) for name in names]
+    names_in_db = [f.column or f.name for f in fields]
+    columns = [quote(c) for c in names_in_db]
     types = [f.db_type(connection) for f in fields]
     rows = [
         {
             "id": m.job.pk,
-            **{f.column: _json_value(f, m.fields[n]) for n, f in zip(names, fields, strict=True)},
+            **{
+                c: _json_value(f, m.fields[n])
+                for n, f, c in zip(names, fields, names_in_db, strict=True)
+            },
         }
         for m in moves
     ]
@@ -181,6 +185,12 @@ def _update_from_rows(was: str, to: str, names: tuple[str, ...], moves: list[_Mo
             [to, json.dumps(rows), was],
         )
         return {row[0] for row in cursor.fetchall()}
+
+
+def _concrete(name: str) -> models.Field:
+    field = Job._meta.get_field(name)
+    assert isinstance(field, models.Field), f"{name} is not a column of Job"
+    return field
 
 
 def _json_value(field: models.Field, value: Any) -> Any:
