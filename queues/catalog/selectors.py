@@ -274,14 +274,15 @@ def queue_stats_compute(*, now: datetime) -> dict[int, dict[str, Any]]:
         .annotate(n=Count("id"))
     }
     waits: dict[int, list[timedelta]] = defaultdict(list)
-    for queue_id, submitted, admitted in (
+    # The wait as one column, subtracted by the database: a busy day's thousands of rows
+    # each converted one value, not two timestamps, every cycle.
+    for queue_id, wait in (
         Job.objects.admitted_recently(now)
         .filter(queue_id__in=ids)
         .order_by()
-        .values_list("queue_id", "submitted_at", "admitted_at")
+        .values_list("queue_id", F("admitted_at") - F("submitted_at"))
     ):
-        if admitted is not None:  # admitted_recently admits no other
-            waits[queue_id].append(admitted - submitted)
+        waits[queue_id].append(wait)
     free = free_gpu_equivalents(now)
     return {
         q.pk: {
