@@ -81,8 +81,10 @@ Kueue's `test/performance/scheduler/configs/baseline/generator.yaml`, mapped as 
   binds each pod to the node the portal chose and its kubelet runs it for its duration.
 - Time to admission (workload created → quota reserved) → `submitted_at` (the batch stored) →
   the job's first `admitted` event.
-- Usage (GPUs in use over Σ nominal) → Σ over usage intervals (pod start → end as the cluster
-  reported them) of GPUs × seconds, over 600 nominal GPUs × the wall time.
+- Usage (Kueue's ClusterQueue `flavorsUsage`: quota held by admitted workloads, admission to
+  finish) → GPUs held by admitted jobs, from each job's admission to the cycle that saw it end
+  or preempted it, over 600 nominal GPUs × the wall time. Beside it, GPUs in use: Σ over usage
+  intervals (pod start → end as the cluster reported them) of GPUs × seconds, over the same.
 
 What differs: Kueue's admission is quota reservation in a controller, with the apiserver and
 etcd in the same pod on 6 CPUs; here a job is admitted by a reconcile cycle that reads the
