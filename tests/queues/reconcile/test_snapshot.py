@@ -6,6 +6,8 @@ from datetime import timedelta
 from fractions import Fraction
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from queues import admission as engine
@@ -191,8 +193,9 @@ def test_reads_do_not_grow_with_jobs(cluster, mia, django_assert_max_num_queries
         submit(mia, "vision", "batch", "any-gpu")
 
     # a fixed number: the policy, the running and waiting jobs, and the names of the waiting
-    # jobs' queues, teams, owners and capability classes (one query each, not one per job)
-    with django_assert_max_num_queries(24):
+    # jobs' queues, teams, owners and capability classes (one query each, not one per job); on
+    # PostgreSQL one more, the waiting jobs' row versions, before their rows
+    with django_assert_max_num_queries(25 if connection.vendor == "postgresql" else 24):
         snapshot = snapshot_build(now=timezone.now())
 
     assert len(snapshot.pending) == 30
@@ -248,3 +251,23 @@ def test_runtime_history_predicts_each_jobs_runtime_shrunk_toward_its_queues(clu
 
 def numbers(forecast: engine.Forecast | None) -> tuple[float, float, float] | None:
     return None if forecast is None else (forecast.likely, forecast.low, forecast.high)
+
+
+def test_a_waiting_job_written_since_the_last_snapshot_is_read_anew_and_only_it(cluster, mia):
+    """On PostgreSQL a snapshot reads whole only the waiting jobs written since the last one
+    (by their row versions): even a second write in the same transaction is seen."""
+    jobs = [submit(mia, "vision", "batch", "any-gpu") for _ in range(3)]
+    first = {j.id: j for j in snapshot_build(now=timezone.now(), forecasts=False).pending}
+    Job.objects.filter(pk=jobs[1].pk).update(priority=7)
+    Job.objects.filter(pk=jobs[1].pk).update(priority=8)  # twice, in the test's transaction
+
+    with CaptureQueriesContext(connection) as captured:
+        second = {j.id: j for j in snapshot_build(now=timezone.now(), forecasts=False).pending}
+
+    assert [second[j.pk].priority for j in jobs] == [0, 8, 0]
+    assert second[jobs[0].pk] is first[jobs[0].pk]  # unchanged: the same job as before
+    if connection.vendor == "postgresql":
+        whole = [
+            q["sql"] for q in captured if '"priority"' in q["sql"] and "row_version" in q["sql"]
+        ]
+        assert len(whole) == 1 and f"IN ({jobs[1].pk})" in whole[0]
