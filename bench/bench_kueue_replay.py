@@ -9,8 +9,10 @@ worker (solo pool, with beat) on Redis db 7. A submitter posts each 100 ms tick'
 Then, on the quiet cluster, single jobs through ``POST /api/jobs/``: submission to pod running.
 
     python bench/bench_kueue_replay.py [--cohorts 5] [--scale 1.0] [--quiet-jobs 20]
+        [--keep-database]
 
-``--scale 0.2`` replays a fifth of each stream's jobs (same intervals) for a quick look.
+``--scale 0.2`` replays a fifth of each stream's jobs (same intervals) for a quick look;
+``--keep-database`` leaves the database ``loop_bench`` behind for a look at the jobs' times.
 """
 
 from __future__ import annotations
