@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from portal.formatting import format_duration
@@ -25,6 +23,7 @@ from queues.models import (
     JobEvent,
     JobState,
 )
+from queues.reconcile.rows import update_from_rows
 from queues.reconcile.view import ClusterView, CycleReport
 
 logger = logging.getLogger(__name__)
@@ -145,7 +144,11 @@ def _moves_write(todo: list[_Move]) -> None:
     done: list[_Move] = []
     for step in sorted(steps):
         for (was, to, names), moves in steps[step].items():
-            moved = _update_from_rows(was, to, names, moves)
+            moved = update_from_rows(
+                Job,
+                {m.job.pk: {"state": to, **{n: m.fields[n] for n in names}} for m in moves},
+                where={"state": was},
+            )
             done += [m for m in moves if m.job.pk in moved]
     JobEvent.objects.bulk_create(
         JobEvent(job_id=m.job.pk, at=m.now, kind=m.kind, message=m.message, details=m.details or {})
@@ -155,57 +158,6 @@ def _moves_write(todo: list[_Move]) -> None:
         transition_log(move.job.pk, move.was, move.to, move.kind, move.message)
         if move.counted is not None:
             move.counted[0].transitions[move.counted[1]] += 1
-
-
-def _update_from_rows(was: str, to: str, names: tuple[str, ...], moves: list[_Move]) -> set[int]:
-    """``UPDATE … SET state = to, each field = its row's value … WHERE state = was`` for every
-    move's job at once; the ids of the jobs it moved."""
-    quote = connection.ops.quote_name
-    fields = [_concrete(name) for name in names]
-    names_in_db = [f.column or f.name for f in fields]
-    columns = [quote(c) for c in names_in_db]
-    types = [f.db_type(connection) for f in fields]
-    rows = [
-        {
-            "id": m.job.pk,
-            **{
-                c: _json_value(f, m.fields[n])
-                for n, f, c in zip(names, fields, names_in_db, strict=True)
-            },
-        }
-        for m in moves
-    ]
-    record = ", ".join(["id bigint", *(f"{c} {t}" for c, t in zip(columns, types, strict=True))])
-    sets = ", ".join([f"{quote('state')} = %s", *(f"{c} = v.{c}" for c in columns)])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(Job._meta.db_table)} AS j SET {sets} FROM jsonb_to_recordset(%s::jsonb)"
-            f" AS v({record}) WHERE j.{quote('id')} = v.id AND j.{quote('state')} = %s"
-            f" RETURNING j.{quote('id')}",
-            [to, json.dumps(rows), was],
-        )
-        return {row[0] for row in cursor.fetchall()}
-
-
-def _concrete(name: str) -> models.Field:
-    field = Job._meta.get_field(name)
-    assert isinstance(field, models.Field), f"{name} is not a column of Job"
-    return field
-
-
-def _json_value(field: models.Field, value: Any) -> Any:
-    """``value`` of ``field`` as JSON that ``jsonb_to_recordset`` reads back as the column's."""
-    if isinstance(field, models.JSONField) or value is None:
-        return value
-    if isinstance(value, models.Model):
-        return value.pk
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return f"{value.total_seconds()} seconds"
-    if isinstance(value, Decimal):
-        return str(value)
-    return value
 
 
 def transition_log(job_id: int, was: str, to: str, kind: EventKind, message: str) -> None:

@@ -4,7 +4,6 @@ preempt, and create or delete the Kubernetes Jobs."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -35,6 +34,7 @@ from queues.models import (
 )
 from queues.reconcile.jobs import TERMINATING_STATES, job_transition, transition_log
 from queues.reconcile.leases import lease_acquire
+from queues.reconcile.rows import update_from_rows
 from queues.reconcile.view import ClusterView, CycleReport
 
 logger = logging.getLogger(__name__)
@@ -185,26 +185,14 @@ def pending_rows_update(jobs: list[Job], fields: list[str]) -> None:
     columns = [concrete[name] for name in fields]
     names = {c.name: quote(c.column or c.name) for c in columns}
     table, pk, state = quote(meta.db_table), quote("id"), quote("state")
+    if connection.vendor == "postgresql":
+        update_from_rows(
+            Job,
+            {job.pk: {c.name: getattr(job, c.attname) for c in columns} for job in jobs},
+            where={"state": JobState.PENDING.value},
+        )
+        return
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            rows = [
-                {
-                    "id": job.pk,
-                    **{c.column or c.name: _json_value(getattr(job, c.attname)) for c in columns},
-                }
-                for job in jobs
-            ]
-            record = ", ".join(
-                ["id bigint", *(f"{names[c.name]} {c.db_type(connection)}" for c in columns)]
-            )
-            cursor.execute(
-                f"UPDATE {table} AS j SET "
-                + ", ".join(f"{names[c.name]} = v.{names[c.name]}" for c in columns)
-                + f" FROM jsonb_to_recordset(%s::jsonb) AS v({record})"
-                f" WHERE j.{pk} = v.id AND j.{state} = %s",
-                [json.dumps(rows), JobState.PENDING.value],
-            )
-            return
         cursor.executemany(
             f"UPDATE {table} SET "
             + ", ".join(f"{names[c.name]} = %s" for c in columns)
@@ -215,11 +203,6 @@ def pending_rows_update(jobs: list[Job], fields: list[str]) -> None:
                 for job in jobs
             ],
         )
-
-
-def _json_value(value: Any) -> Any:
-    """A column's value as ``jsonb_to_recordset`` reads it back (times in ISO 8601)."""
-    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _quota_event(
@@ -374,48 +357,23 @@ def _admit_many(
     UPDATE from the rows as JSON, returning the jobs it moved, and their events in one insert.
     Each job still moves only from ``pending``, once: a job cancelled meanwhile stays
     cancelled. Hundreds of admissions a cycle under churn cost a statement pair each before."""
-    meta = Job._meta
-    quote = connection.ops.quote_name
-    fields = {f.name: f for f in meta.concrete_fields}
-    column = {name: quote(f.column or name) for name, f in fields.items()}
-    rows = [
+    moved = update_from_rows(
+        Job,
         {
-            "id": job.pk,
-            "gpu_class": classes[admission.gpu_class].pk,
-            "nodes": list(admission.nodes),
-            "capacity_kind": admission.capacity.value,
-            "reservation": admission.reservation_id,
-            "mig_profile": _mig_profile(job),
-        }
-        for job, admission in admitting
-    ]
-    sets = [
-        f"{column['state']} = %s",
-        f"{column['admitted_at']} = %s",
-        *(f"{column[name]} = v.{quote(name)}" for name in rows[0] if name != "id"),
-        *(f"{column[name]} = %s" for name in ADMITTED_CLEARS),
-    ]
-    params = [
-        JobState.ADMITTED.value,
-        now,
-        *(
-            fields[name].get_db_prep_save(value, connection)
-            for name, value in ADMITTED_CLEARS.items()
-        ),
-        json.dumps(rows),
-        JobState.PENDING.value,
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(meta.db_table)} AS j SET "
-            + ", ".join(sets)
-            + " FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, gpu_class bigint,"
-            " nodes jsonb, capacity_kind text, reservation bigint, mig_profile text)"
-            f" WHERE j.{column['id']} = v.id AND j.{column['state']} = %s"
-            f" RETURNING j.{column['id']}",
-            params,
-        )
-        moved = {row[0] for row in cursor.fetchall()}
+            job.pk: {
+                "state": JobState.ADMITTED.value,
+                "admitted_at": now,
+                "gpu_class": classes[admission.gpu_class].pk,
+                "nodes": list(admission.nodes),
+                "capacity_kind": admission.capacity.value,
+                "reservation": admission.reservation_id,
+                "mig_profile": _mig_profile(job),
+                **ADMITTED_CLEARS,
+            }
+            for job, admission in admitting
+        },
+        where={"state": JobState.PENDING.value},
+    )
     done = [(job, admission) for job, admission in admitting if job.pk in moved]
     JobEvent.objects.bulk_create(
         JobEvent(

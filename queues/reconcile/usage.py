@@ -7,7 +7,7 @@ import logging
 from datetime import datetime, timedelta
 from fractions import Fraction
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from queues.cluster.pods import PodFacts
 from queues.models import (
@@ -16,6 +16,7 @@ from queues.models import (
     SharingMode,
     UsageInterval,
 )
+from queues.reconcile.rows import update_from_rows
 from queues.reconcile.view import ClusterView, CycleReport
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,9 @@ def _close(
     now: datetime,
     report: CycleReport,
 ) -> None:
+    # Closes are written together (one statement on PostgreSQL), each still conditional on
+    # its interval being open.
+    closing: dict[int, tuple[UsageInterval, datetime, bool, PodFacts | None]] = {}
     for interval in open_intervals:
         pod = pods.get(interval.pod_uid)
         went = view.gone.get(interval.pod_uid)
@@ -141,16 +145,32 @@ def _close(
             estimated = True
         else:
             end, estimated = now, True  # first seen gone
-        closed = UsageInterval.objects.filter(pk=interval.pk, ended_at__isnull=True).update(
-            ended_at=max(end, interval.started_at), end_estimated=estimated
+        closing[interval.pk] = (interval, max(end, interval.started_at), estimated, pod)
+    if connection.vendor == "postgresql":
+        closed = update_from_rows(
+            UsageInterval,
+            {
+                pk: {"ended_at": end, "end_estimated": est}
+                for pk, (_, end, est, _) in closing.items()
+            },
+            where={"ended_at": None},
         )
-        report.intervals_closed += closed
-        if closed:
+    else:
+        closed = {
+            pk
+            for pk, (_, end, est, _) in closing.items()
+            if UsageInterval.objects.filter(pk=pk, ended_at__isnull=True).update(
+                ended_at=end, end_estimated=est
+            )
+        }
+    report.intervals_closed += len(closed)
+    for pk, (interval, end, estimated, pod) in closing.items():
+        if pk in closed:
             logger.info(
                 "job %s: usage of pod %s closed at %s%s",
                 interval.job_id,
                 interval.pod_name,
-                max(end, interval.started_at).isoformat(),
+                end.isoformat(),
                 " (estimated)" if estimated else "",
                 extra={
                     "job_id": interval.job_id,
