@@ -449,7 +449,9 @@ def cluster_apply(
     )
     waiting = _waiting_for_victims([job.pk for job in to_create])
     todo: list[tuple[Job, dict[str, Any]]] = []
-    for job in to_create:
+    # The jobs holding the most GPUs first: while a cycle's hundreds of creates go out, the
+    # GPUs of those still waiting for theirs sit idle.
+    for job in sorted(to_create, key=lambda j: (-j.pods * j.gpus_per_pod, j.pk)):
         if job.pk in waiting:
             _note_waiting_for_victims(job, waiting[job.pk])
         else:
