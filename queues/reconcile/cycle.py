@@ -125,15 +125,21 @@ def _cycle(
     with report.step("snapshot"):
         refresh = refresh_begin(Job.objects.filter(state=JobState.PENDING).count())
         snapshot = snapshot_build(now=now, forecasts=refresh.full)
-        if refresh.full:
-            snapshot = with_default_probes(snapshot)
-    with report.step("plan" if refresh.full else "plan (no forecast)"):
+    # With thousands waiting, a refresh's forecast takes a second or more, and the admissions
+    # (the same with it or without: the engine is deterministic) would wait for it: they are
+    # planned without it and applied first, and the forecast follows (``forecast_after``).
+    forecast_after = refresh.full and bool(refresh.holder)
+    forecast_now = refresh.full and not forecast_after
+    with report.step("plan" if forecast_now else "plan (no forecast)"):
         planning = time.monotonic()
-        # Between refreshes only the jobs that show no reasons yet are explained.
-        explain = None if refresh.full else new_pending_ids()
-        plan = engine.plan(snapshot, estimates=refresh.full, explain=explain)
-        if refresh.full:
+        if forecast_now:
+            snapshot = with_default_probes(snapshot)
+            plan = engine.plan(snapshot)
             refresh.cost += time.monotonic() - planning
+        else:
+            # Between refreshes only the jobs that show no reasons yet are explained.
+            explain = set() if forecast_after else new_pending_ids()
+            plan = engine.plan(snapshot, estimates=False, explain=explain)
     with report.step("apply"):
         plan_apply(plan, now=now, report=report)
         try:
@@ -146,6 +152,13 @@ def _cycle(
     # What is for reading comes after the cluster's creates and deletes, which are not held up
     # by it: the waiting jobs' reasons, positions and estimates, the queues' estimates, the
     # catalog's numbers and the operations history.
+    if forecast_after:
+        with report.step("plan"):
+            planning = time.monotonic()
+            # the same snapshot: the same admissions, and the waiting jobs' reasons and starts
+            snapshot = with_default_probes(snapshot)
+            plan = engine.plan(snapshot)
+            refresh.cost += time.monotonic() - planning
     with report.step("reasons"):
         pending_reasons_store(plan, now=now, refresh=refresh)
         refresh_end(refresh)

@@ -206,8 +206,15 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     first = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
     second = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
     # admitted now: mia is at the queue's 16-GPU limit per user, so the third job waits for it
-    submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
-    cycle()  # the first refresh of all
+    now = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
+    report = cycle()  # the first refresh of all
+    # with a long queue the admissions go to the cluster first, the forecast for reasons after
+    assert [s for s in report.steps if s.startswith(("plan", "apply"))] == [
+        "plan (no forecast)",
+        "apply",
+        "plan",
+    ]
+    assert report.admitted == [now.pk] and report.jobs_created == 1
     estimates_at = QueueEstimate.objects.values_list("computed_at", flat=True).first()
     estimates = QueueEstimate.objects.count()
     assert estimates > 0
