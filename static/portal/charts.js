@@ -2,12 +2,45 @@
 // beside it) with plotly.js from the installed plotly package: no inline script, so the
 // Content-Security-Policy needs no exception. Parts htmx swaps in later are drawn when they
 // arrive; each chart is drawn once.
+
+// A title longer than the chart is wide (a phone) is wrapped at spaces, and the top margin
+// grows by a line for each line added: plotly cuts a long title off at the chart's edge.
+function fitTitle(layout, width) {
+  var title = layout.title;
+  var text = title && (typeof title === "string" ? title : title.text);
+  if (!text || text.indexOf("<br>") >= 0) {
+    return;
+  }
+  var perLine = Math.max(16, Math.floor((width - 40) / 9));
+  if (text.length <= perLine) {
+    return;
+  }
+  var lines = [];
+  var line = "";
+  text.split(" ").forEach(function (word) {
+    if (line && (line + " " + word).length > perLine) {
+      lines.push(line);
+      line = word;
+    } else {
+      line = line ? line + " " + word : word;
+    }
+  });
+  lines.push(line);
+  layout.title = Object.assign({}, typeof title === "string" ? {} : title, {
+    text: lines.join("<br>"),
+  });
+  layout.margin = Object.assign({}, layout.margin || {});
+  layout.margin.t = (layout.margin.t || 80) + 18 * (lines.length - 1);
+}
+
 function drawCharts(root) {
   root.querySelectorAll("[data-figure]:not([data-drawn])").forEach(function (el) {
     el.dataset.drawn = "1";
     var figure = JSON.parse(document.getElementById(el.dataset.figure).textContent);
     var config = Object.assign({ responsive: true, displaylogo: false }, figure.config || {});
-    Plotly.newPlot(el, figure.data, figure.layout, config);
+    var layout = figure.layout || {};
+    fitTitle(layout, el.clientWidth || 600);
+    Plotly.newPlot(el, figure.data, layout, config);
   });
 }
 drawCharts(document);
