@@ -417,3 +417,18 @@ def test_someone_in_no_team_is_told_so_instead_of_an_empty_form(ada, outsider):
         assert response.templates[0].name == "jobs/no_team.html"
         assert "you are in none, so there is nothing to submit to" in html
         assert 'id="job-form"' not in html
+
+
+def test_the_logs_part_says_the_cluster_does_not_answer_and_why(
+    sim_cluster, example_policy, settings, mia
+):
+    settings.CLUSTER_MODE = "sim"
+    settings.CLUSTER_KUBECONFIG = str(sim_cluster.kubeconfig)
+    running = submit(mia)
+    Job.objects.filter(pk=running.pk).update(state=JobState.RUNNING, k8s_job_name="gpuportal-job-1")
+    sim_cluster.fail_requests(count=10, status=500, message="etcd is down")
+
+    page = logged_in(mia).get(f"/jobs/{running.pk}/logs").content.decode()
+
+    assert "Logs unavailable: the cluster does not answer, try again later." in page
+    assert "etcd is down" in page  # the cause, in small print that wraps on a phone
