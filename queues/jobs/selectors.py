@@ -52,6 +52,11 @@ class PodLog:
     phase: str
     lines: list[str]
 
+    @property
+    def text(self) -> str:
+        """The lines as the page shows them (a template tag cannot hold a line break)."""
+        return "\n".join(self.lines)
+
 
 def job_pod_logs(job: Job, *, tail_lines: int = 50, cluster: Cluster | None = None) -> list[PodLog]:
     """The last ``tail_lines`` lines of each of the job's pods, pods by name.

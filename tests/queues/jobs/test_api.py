@@ -6,7 +6,9 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 from django.utils import timezone
+from django.utils.html import escape
 from rest_framework.test import APIClient
 
 from portal.tokens import job_token
@@ -628,6 +630,11 @@ def test_the_logs_show_the_last_lines_of_each_pod(sim_cluster, cluster, mia, api
     assert all(len(p["lines"]) == 3 for p in pods)
     full = client.get(f"/api/jobs/{submitted['id']}/logs/").json()["pods"][0]["lines"]
     assert any("exec ['python', 'train.py']" in line for line in full)
+    # the job page's part shows the same lines, one per line
+    browser = Client()
+    browser.force_login(mia)
+    page = browser.get(f"/jobs/{submitted['id']}/logs").content.decode()
+    assert "{{" not in page and "\n".join(escape(line) for line in full) in page
 
 
 def test_a_job_that_never_reached_the_cluster_has_no_logs(mia, api_as, settings):
