@@ -72,7 +72,7 @@ def job_transition(
     shows its new state meanwhile."""
     moves = _MOVES.get()
     if moves is not None:
-        moves.todo.append(_Move(job, job.state, to, kind, message, now, details, counted, fields))
+        moves.append(_Move(job, job.state, to, kind, message, now, details, counted, fields))
         job.state = to
         return True
     # savepoint=False: inside jobs_sync's transaction a savepoint per job would cost two more
@@ -104,12 +104,7 @@ class _Move:
     fields: dict[str, Any]
 
 
-class _Moves:
-    def __init__(self) -> None:
-        self.todo: list[_Move] = []
-
-
-_MOVES: ContextVar[_Moves | None] = ContextVar("job_moves", default=None)
+_MOVES: ContextVar[list[_Move] | None] = ContextVar("job_moves", default=None)
 
 
 @contextmanager
@@ -124,13 +119,13 @@ def job_moves() -> Iterator[None]:
     if connection.vendor != "postgresql":
         yield
         return
-    moves = _Moves()
+    moves: list[_Move] = []
     token = _MOVES.set(moves)
     try:
         yield
     finally:
         _MOVES.reset(token)
-    _moves_write(moves.todo)
+    _moves_write(moves)
 
 
 def _moves_write(todo: list[_Move]) -> None:

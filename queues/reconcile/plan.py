@@ -180,11 +180,8 @@ def pending_rows_update(jobs: list[Job], fields: list[str]) -> None:
     if not jobs:
         return
     meta = Job._meta
-    quote = connection.ops.quote_name
     concrete = {f.name: f for f in meta.concrete_fields}
     columns = [concrete[name] for name in fields]
-    names = {c.name: quote(c.column or c.name) for c in columns}
-    table, pk, state = quote(meta.db_table), quote("id"), quote("state")
     if connection.vendor == "postgresql":
         update_from_rows(
             Job,
@@ -192,6 +189,9 @@ def pending_rows_update(jobs: list[Job], fields: list[str]) -> None:
             where={"state": JobState.PENDING.value},
         )
         return
+    quote = connection.ops.quote_name
+    names = {c.name: quote(c.column or c.name) for c in columns}
+    table, pk, state = quote(meta.db_table), quote("id"), quote("state")
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.executemany(
             f"UPDATE {table} SET "
