@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -67,6 +69,8 @@ from queues.reconcile.view import ClusterView, CycleReport, read_cluster
 logger = logging.getLogger(__name__)
 
 LEASE = "reconcile"
+READ_SIDE_LEASE = "reconcile-read-side"
+READ_SIDE_EVERY = timedelta(seconds=1)
 
 
 # --- The cycle -----------------------------------------------------------------------------------
@@ -78,10 +82,12 @@ def reconcile_cycle(
     now: datetime | None = None,
     holder: str = "reconcile",
     mirror: ClusterMirror | None = None,
+    follow_up: Callable[[], bool] | None = None,
 ) -> CycleReport:
     """Run one cycle if no other holds the lease. ``now`` defaults to the wall clock (tests
     pass the simulated cluster's); with a ``mirror`` the cycle reads the watch-fed copy instead
-    of listing."""
+    of listing. ``follow_up`` says whether another cycle is already asked for (the task's
+    request), which paces the read side (``read_side_due``)."""
     started = time.monotonic()
     report = CycleReport()
     ttl = timedelta(seconds=settings.RECONCILE_LEASE_SECONDS)
@@ -91,7 +97,7 @@ def reconcile_cycle(
     calls_before = cluster.calls
     try:
         now = now or timezone.now()
-        return _cycle(cluster, mirror, now=now, report=report)
+        return _cycle(cluster, mirror, now=now, report=report, follow_up=follow_up)
     except Exception as exc:
         counter_add_quietly(RECONCILE_ERRORS, type(exc).__name__)
         raise
@@ -105,7 +111,12 @@ def reconcile_cycle(
 
 
 def _cycle(
-    cluster: Cluster, mirror: ClusterMirror | None, *, now: datetime, report: CycleReport
+    cluster: Cluster,
+    mirror: ClusterMirror | None,
+    *,
+    now: datetime,
+    report: CycleReport,
+    follow_up: Callable[[], bool] | None,
 ) -> CycleReport:
     try:
         with report.step("read"):
@@ -130,6 +141,7 @@ def _cycle(
     # planned without it and applied first, and the forecast follows (``forecast_after``).
     forecast_after = refresh.full and bool(refresh.holder)
     forecast_now = refresh.full and not forecast_after
+    read_side = read_side_due(follow_up) or refresh.full
     with report.step("plan" if forecast_now else "plan (no forecast)"):
         planning = time.monotonic()
         if forecast_now:
@@ -138,7 +150,7 @@ def _cycle(
             refresh.cost += time.monotonic() - planning
         else:
             # Between refreshes only the jobs that show no reasons yet are explained.
-            explain = set() if forecast_after else new_pending_ids()
+            explain = set() if forecast_after or not read_side else new_pending_ids()
             plan = engine.plan(snapshot, estimates=False, explain=explain)
     with report.step("apply"):
         plan_apply(plan, now=now, report=report)
@@ -159,16 +171,29 @@ def _cycle(
             snapshot = with_default_probes(snapshot)
             plan = engine.plan(snapshot)
             refresh.cost += time.monotonic() - planning
-    with report.step("reasons"):
-        pending_reasons_store(plan, now=now, refresh=refresh)
-        refresh_end(refresh)
-        if refresh.full:
-            queue_estimates_store(snapshot, plan, now=now)
+    if read_side:
+        with report.step("reasons"):
+            pending_reasons_store(plan, now=now, refresh=refresh)
+            refresh_end(refresh)
+            if refresh.full:
+                queue_estimates_store(snapshot, plan, now=now)
     with report.step("history"):
-        queue_stats_refresh(now=now)
-        history_record(snapshot, plan, now=now)
+        if read_side:
+            queue_stats_refresh(now=now)
+            history_record(snapshot, plan, now=now)
         waits_observe(snapshot, report.admitted, now=now)
     return report
+
+
+def read_side_due(follow_up: Callable[[], bool] | None) -> bool:
+    """Whether this cycle writes the read side: the new waiting jobs' reasons, the catalog's
+    numbers and the operations history. Under churn cycles run back to back, as fast as pods
+    end, and that writing was a fifth of each; so while another cycle is already asked for
+    (``follow_up``), it runs at most once a ``READ_SIDE_EVERY``. The last cycle of a burst (no
+    follow-up) always runs it, so what a page shows is never more than about that old, and a
+    full refresh of the reasons always writes them. The admissions are the same either way."""
+    due = lease_acquire(name=READ_SIDE_LEASE, holder=uuid.uuid4().hex, ttl=READ_SIDE_EVERY)
+    return due or follow_up is None or not follow_up()
 
 
 def cycle_record(cluster: Cluster, *, report: CycleReport, now: datetime) -> None:

@@ -40,3 +40,8 @@ def lease_acquire(*, name: str, holder: str, ttl: timedelta) -> bool:
 def lease_release(*, name: str, holder: str) -> None:
     """Give the lease back early (only if ``holder`` still holds it)."""
     Lease.objects.filter(name=name, holder=holder).update(expires_at=timezone.now())
+
+
+def lease_held(name: str) -> bool:
+    """Whether someone holds the unexpired lease ``name``."""
+    return Lease.objects.filter(name=name, expires_at__gt=timezone.now()).exists()

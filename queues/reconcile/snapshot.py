@@ -13,12 +13,10 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.contrib.auth import get_user_model
-from django.db import connection
 from django.db.models import F, Prefetch
-from django.db.models.expressions import RawSQL
 
 from queues import admission as engine
 from queues.cluster.nodes import GPU_RESOURCE, LIFECYCLE_TAINTS
@@ -42,6 +40,7 @@ from queues.models import (
 )
 from queues.policy.parse import DEFAULT_USAGE_HALF_LIFE
 from queues.rates import normalized_gpu_hours
+from queues.reconcile.rows import RowMemo
 
 # Fair share forgets usage older than this many half-lives (it weighs < 0.4 % by then).
 USAGE_HORIZON_HALF_LIVES = 8
@@ -157,7 +156,7 @@ def snapshot_build(
         FairShareSettings.objects.filter(pk=1).values_list("usage_half_life", flat=True).first()
         or DEFAULT_USAGE_HALF_LIFE
     )
-    pending = _pending_rows()
+    pending = _PENDING_ROWS.read(Job.objects.filter(state=JobState.PENDING).order_by("id"))
     nodes = list(
         Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
     )
@@ -223,45 +222,10 @@ _PENDING_COLUMNS = (
     "image",
 )
 PendingRow = namedtuple("PendingRow", _PENDING_COLUMNS)  # type: ignore[misc]
-# The waiting jobs' rows as the last snapshot read them, by id, with each row's version.
-_PENDING_ROWS: dict[int, tuple[str, PendingRow]] = {}
-# A row version on PostgreSQL: the transaction that wrote the row, and where (every UPDATE
-# writes a new version somewhere else, even twice in one transaction).
-_ROW_VERSION = RawSQL("xmin::text || ctid::text", [])
-_FETCH_CHUNK = 5000
-
-
-def _pending_rows() -> list[PendingRow]:
-    """Every waiting job's row (``_PENDING_COLUMNS``), by id. Plain values, not model instances:
-    a thousand waiting jobs made five thousand instances (the job and four related rows) every
-    cycle. On PostgreSQL only the rows written since the last snapshot are read whole: the
-    versions of all come first (two short columns each), and thousands of waiting jobs are
-    the same as a second ago. Elsewhere every row is read."""
-    global _PENDING_ROWS
-    waiting = Job.objects.filter(state=JobState.PENDING).order_by("id")
-    if connection.vendor != "postgresql":
-        return [PendingRow(*row) for row in waiting.values_list(*_PENDING_COLUMNS)]
-    versions = list(waiting.annotate(row_version=_ROW_VERSION).values_list("id", "row_version"))
-    known = _PENDING_ROWS
-    stale = [job_id for job_id, version in versions if known.get(job_id, ("",))[0] != version]
-    fresh: dict[int, tuple[str, PendingRow]] = {}
-    for start in range(0, len(stale), _FETCH_CHUNK):
-        for version, *row in (
-            waiting.filter(id__in=stale[start : start + _FETCH_CHUNK])
-            .annotate(row_version=_ROW_VERSION)
-            .values_list("row_version", *_PENDING_COLUMNS)
-        ):
-            fresh[row[0]] = (version, PendingRow(*row))
-    rows: dict[int, tuple[str, PendingRow]] = {}
-    for job_id, version in versions:
-        if known.get(job_id, ("",))[0] == version:
-            rows[job_id] = known[job_id]
-        elif job_id in fresh:
-            # read whole with the version it had then (if it changed after the first read,
-            # the next snapshot reads it again); one that left the queue in between is gone
-            rows[job_id] = fresh[job_id]
-    _PENDING_ROWS = rows
-    return [row for _, row in rows.values()]
+# Every waiting job's row (``_PENDING_COLUMNS``). Plain values, not model instances: a thousand
+# waiting jobs made five thousand instances (the job and four related rows) every cycle. On
+# PostgreSQL only the rows written since the last snapshot are read whole.
+_PENDING_ROWS: RowMemo[PendingRow] = RowMemo(_PENDING_COLUMNS, PendingRow)
 
 
 # The last snapshot's waiting jobs by id, with everything each was built from: a cycle runs
@@ -437,30 +401,37 @@ def _normalized(
     )
 
 
+# The usage intervals of the fair-share horizon: a closed one never changes, so after the first
+# snapshot only the open ones and those written since are read whole (on PostgreSQL).
+class UsageRow(NamedTuple):
+    id: int
+    team_id: int
+    gpu_class_id: int
+    devices: int
+    share_numerator: int
+    share_denominator: int
+    started_at: datetime
+    ended_at: datetime | None
+
+
+_USAGE_ROWS: RowMemo[UsageRow] = RowMemo(UsageRow._fields, UsageRow)
+
+
 def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> list[engine.Team]:
     usage: dict[int, float] = defaultdict(float)
     horizon = now - half_life * USAGE_HORIZON_HALF_LIVES
-    intervals = UsageInterval.objects.exclude(ended_at__lt=horizon).values_list(
-        "team_id",
-        "gpu_class_id",
-        "devices",
-        "share_numerator",
-        "share_denominator",
-        "started_at",
-        "ended_at",
-    )
-    for team_id, gpu_class_id, devices, numerator, denominator, started, ended in intervals:
-        end = min(ended or now, now)
+    for row in _USAGE_ROWS.read(UsageInterval.objects.exclude(ended_at__lt=horizon)):
+        end = min(row.ended_at or now, now)
         normalized = _normalized(
-            max(end - started, timedelta(0)),
-            devices,
-            numerator,
-            denominator,
-            weights.get(gpu_class_id, Decimal(1)),
+            max(end - row.started_at, timedelta(0)),
+            row.devices,
+            row.share_numerator,
+            row.share_denominator,
+            weights.get(row.gpu_class_id, Decimal(1)),
         )
         # Fair share forgets usage with a half-life: what ended one half-life ago counts half.
         age = (now - end).total_seconds() / half_life.total_seconds()
-        usage[team_id] += normalized * 0.5**age
+        usage[row.team_id] += normalized * 0.5**age
     teams = (
         Team.objects.active()
         .order_by("name")

@@ -23,7 +23,7 @@ from queues.cluster.adapter import cluster_from_settings
 from queues.cluster.mirror import ClusterMirror
 from queues.models import Lease
 from queues.reconcile.cycle import reconcile_cycle
-from queues.reconcile.leases import lease_acquire
+from queues.reconcile.leases import lease_acquire, lease_held
 from queues.reconcile.trigger import Coalescer
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,12 @@ def reconcile(self: Task) -> str:
         # Requests made from now on need a new cycle: let the next one enqueue.
         Lease.objects.filter(name=REQUEST).update(expires_at=timezone.now())
         mirror = worker_mirror()
-        report = reconcile_cycle(cluster=mirror.cluster, holder=cycle_holder(), mirror=mirror)
+        report = reconcile_cycle(
+            cluster=mirror.cluster,
+            holder=cycle_holder(),
+            mirror=mirror,
+            follow_up=lambda: lease_held(REQUEST),
+        )
         if not report.ran and lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
             _enqueue_reconcile(countdown=FOLLOW_UP_SECONDS)
         summary = report.summary()

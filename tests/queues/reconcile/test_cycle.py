@@ -241,6 +241,52 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     assert third.estimated_start is not None and third.estimated_start_note == ""
 
 
+def test_under_churn_new_reasons_and_numbers_are_written_once_a_second_and_by_a_bursts_last(
+    sim_cluster, cluster, mia, monkeypatch
+):
+    """While another cycle is already asked for, a cycle between refreshes admits as ever but
+    leaves the read side (new jobs' reasons, the catalog's numbers) to a cycle at most a second
+    later; the last cycle of a burst (none asked for after it) writes it."""
+    import queues.reconcile.plan as plan
+    from queues.models import Lease, QueueStats
+    from queues.reconcile.cycle import READ_SIDE_LEASE
+
+    monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting
+    for _ in range(2):
+        submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    asked = [True]
+
+    def cycle():
+        return reconcile_cycle(cluster=cluster, now=sim_cluster.now(), follow_up=lambda: asked[0])
+
+    cycle()  # the first refresh of all: reasons and numbers written
+    stats_at = QueueStats.objects.values_list("computed_at", flat=True).first()
+    new = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    admitted = submit(mia, queue="interactive", capability="any-gpu", gpus_per_pod=1, pods=1)
+    sim_cluster.advance(1)
+
+    busy = cycle()  # asked for again, and the read side ran less than a second ago
+
+    assert busy.admitted == [admitted.pk] and "reasons" not in busy.steps
+    new.refresh_from_db()
+    assert (new.pending_reasons, new.position) == ([], None)
+    assert QueueStats.objects.values_list("computed_at", flat=True).first() == stats_at
+    Lease.objects.filter(name=READ_SIDE_LEASE).update(expires_at=timezone.now())
+
+    cycle()  # a second later: due again, though asked for again
+
+    new.refresh_from_db()
+    assert new.pending_reasons and new.position == 3
+    assert QueueStats.objects.values_list("computed_at", flat=True).first() > stats_at
+    last = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
+    asked[0] = False
+
+    cycle()  # the burst's last: written at once
+
+    last.refresh_from_db()
+    assert last.pending_reasons and last.position == 4
+
+
 def test_running_twice_changes_nothing_more(sim_cluster, cycle, mia):
     submit(mia, capability="min-40gb")
     cycle()

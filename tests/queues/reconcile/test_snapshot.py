@@ -271,3 +271,45 @@ def test_a_waiting_job_written_since_the_last_snapshot_is_read_anew_and_only_it(
             q["sql"] for q in captured if '"priority"' in q["sql"] and "row_version" in q["sql"]
         ]
         assert len(whole) == 1 and f"IN ({jobs[1].pk})" in whole[0]
+
+
+def test_fair_share_reads_whole_only_usage_written_since_the_last_snapshot(cluster, mia):
+    """Closed usage intervals never change: on PostgreSQL a snapshot reads whole only the ones
+    written since the last (an interval that closed in between is read again, with its end)."""
+    now = timezone.now()
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    vision = Team.objects.get(name="vision")
+    job = submit(mia, "vision", "training", "bf16-large")
+
+    def interval(uid, hours, ended):
+        return UsageInterval.objects.create(
+            job=job,
+            pod_uid=uid,
+            pod_name=uid,
+            team=vision,
+            cost_center="CC-1001",
+            gpu_class=h100,
+            node="h100-1",
+            devices=1,
+            started_at=now - timedelta(hours=hours),
+            ended_at=ended,
+        )
+
+    interval("closed", 2, now - timedelta(hours=1))  # 1 h × weight 4, ended just now: ~4
+    still_open = interval("open", 3, None)  # 3 h so far × weight 4 = 12
+    first = next(t.recent_usage for t in snapshot_build(now=now).teams if t.name == "vision")
+    UsageInterval.objects.filter(pk=still_open.pk).update(ended_at=now - timedelta(hours=2))
+
+    with CaptureQueriesContext(connection) as captured:
+        second = next(t.recent_usage for t in snapshot_build(now=now).teams if t.name == "vision")
+
+    decay = 0.5 ** (1 / (7 * 24))  # an hour ago, at the default half-life of 7 days
+    assert float(first) == pytest.approx(4 * decay + 12, abs=1e-3)
+    assert float(second) == pytest.approx(4 * decay + 4 * decay**2, abs=1e-3)
+    if connection.vendor == "postgresql":
+        whole = [
+            q["sql"]
+            for q in captured
+            if '"share_numerator"' in q["sql"] and "row_version" in q["sql"]
+        ]
+        assert len(whole) == 1 and f"IN ({still_open.pk})" in whole[0]
