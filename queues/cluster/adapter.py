@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +75,9 @@ class Cluster:
         # exported counters (queues.counters) after each cycle.
         self.errors: Counter[str] = Counter()
         self._namespaces: set[str] = set()
+        # Told of each Job this client created, with the API server's answer (the worker's
+        # mirror, which counts it as there until its watch reports it: ``ClusterMirror.expect``).
+        self.on_created: Callable[[str, dict[str, Any]], None] | None = None
 
     @classmethod
     def from_kubeconfig(
@@ -215,18 +218,24 @@ class Cluster:
         create after a crash). A same-named Job that is not ours is a rejection."""
         namespace = manifest["metadata"]["namespace"]
         try:
-            # The answer is not read: raw skips building the client's models of the whole Job.
-            self._call(self.batch.create_namespaced_job, namespace, manifest, raw=True)
-            return True
+            # raw: the answer as JSON, without building the client's models of the whole Job
+            created = self._call(self.batch.create_namespaced_job, namespace, manifest, raw=True)
         except ClusterRejected as exc:
             if exc.status == 404:
                 # The namespace went away since it was remembered: make it again, once.
                 self._namespaces.discard(namespace)
                 self.ensure_namespace(namespace)
-                self._call(self.batch.create_namespaced_job, namespace, manifest, raw=True)
-                return True
-            if exc.status != 409:
+                created = self._call(
+                    self.batch.create_namespaced_job, namespace, manifest, raw=True
+                )
+            elif exc.status == 409:
+                created = None
+            else:
                 raise
+        if created is not None:
+            if self.on_created is not None:
+                self.on_created("jobs", created)
+            return True
         existing = self._call(
             self.batch.read_namespaced_job, manifest["metadata"]["name"], namespace, raw=True
         )

@@ -32,11 +32,18 @@ MAX_BACKOFF = 30.0
 # How long a deleted object's last state is kept (``gone``): long enough for the next cycles
 # to read how a pod that went between two of them ended.
 TOMBSTONE_SECONDS = 300.0
+# How long an object this process created counts as there before the watch reports it
+# (``expect``); a watch that lags longer than this has a problem of its own.
+EXPECT_SECONDS = 60.0
 
 
 def _key(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("uid", "")
 
 
 @dataclass
@@ -105,6 +112,8 @@ class _Follower(threading.Thread):
         self.on_freed = on_freed
         # Deleted objects' last states by key, with when they went (monotonic seconds).
         self.gone: dict[str, tuple[float, dict[str, Any]]] = {}
+        # Objects this process created that the watch has not reported yet, by key, with when.
+        self.expected: dict[str, tuple[float, dict[str, Any]]] = {}
 
     def run(self) -> None:
         backoff = 1.0
@@ -137,6 +146,9 @@ class _Follower(threading.Thread):
         with self.lock:
             self.objects = {_key(o): o for o in listing.items}
             self.resource_version = listing.resource_version
+            for key, (_, obj) in list(self.expected.items()):
+                if _uid(self.objects.get(key) or {}) == _uid(obj):
+                    del self.expected[key]
         self.relists += 1
         self.failing_since, self.last_error = None, ""
         self.synced.set()
@@ -170,6 +182,9 @@ class _Follower(threading.Thread):
                     self._bury(_key(obj), obj)
                 if version:
                     self.resource_version = version
+                expected = self.expected.get(_key(obj))
+                if expected is not None and _uid(expected[1]) == _uid(obj):
+                    del self.expected[_key(obj)]
             self.failing_since, self.last_error = None, ""
             if self.on_freed is not None and frees_gpus(self.kind.name, event["type"], before, obj):
                 self.on_freed()
@@ -193,6 +208,7 @@ class ClusterMirror:
             ),
         ]
         self.followers = {k.name: _Follower(cluster, k, self.lock, on_freed) for k in kinds}
+        cluster.on_created = self.expect
         # kind -> (the builder, {object key: (resourceVersion, facts)}), for ``facts``.
         self._facts: dict[str, tuple[Callable[..., Any], dict[str, tuple[str, Any]]]] = {}
 
@@ -223,8 +239,33 @@ class ClusterMirror:
         return "; ".join(problems)
 
     def items(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind``: what the watch reported, and what this process created that
+        it has not reported yet (``expect``)."""
         with self.lock:
-            return list(self.followers[kind].objects.values())
+            follower = self.followers[kind]
+            if not follower.expected:
+                return list(follower.objects.values())
+            merged = dict(follower.objects)
+            now = time.monotonic()
+            for key, (at, obj) in list(follower.expected.items()):
+                buried = follower.gone.get(key)
+                if now - at > EXPECT_SECONDS or (buried and _uid(buried[1]) == _uid(obj)):
+                    del follower.expected[key]  # too old to trust, or already come and gone
+                else:
+                    merged[key] = obj
+            return list(merged.values())
+
+    def expect(self, kind: str, obj: dict[str, Any]) -> None:
+        """Count ``obj``, which this process just created (the API server's answer), as there
+        until the watch reports it: a cycle that reads the mirror right after the last one
+        created a Job must not take the Job for deleted because its ADDED event is still on
+        the way (the "expectations" of Kubernetes' own controllers)."""
+        follower = self.followers.get(kind)
+        if follower is None or not _uid(obj):
+            return
+        with self.lock:
+            if _uid(follower.objects.get(_key(obj)) or {}) != _uid(obj):
+                follower.expected[_key(obj)] = (time.monotonic(), obj)
 
     def gone(self, kind: str) -> list[dict[str, Any]]:
         """The last states of objects of ``kind`` deleted in the last few minutes (a pod that

@@ -183,3 +183,53 @@ def test_a_job_that_completes_or_fails_gives_gpus_back_once(before, after, frees
         return {"status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
 
     assert frees_gpus("jobs", "MODIFIED", job(before), job(after)) is frees
+
+
+def job_manifest_for(job_id: int) -> dict:
+    from queues.cluster.manifests import JOB_ID_LABEL, MANAGED_BY
+
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"gpuportal-job-{job_id}",
+            "namespace": "default",
+            "labels": {JOB_ID_LABEL: str(job_id), "app.kubernetes.io/managed-by": MANAGED_BY},
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+                }
+            }
+        },
+    }
+
+
+def job_names(mirror):
+    return [j["metadata"]["name"] for j in mirror.items("jobs")]
+
+
+def test_a_job_this_process_created_is_there_before_the_watch_says_so(sim_cluster):
+    """A cycle right after the one that created a Job must not take it for deleted while its
+    ADDED event is on the way: the mirror counts what its own client created until the watch
+    (or a list) reports it, and never brings back one that went."""
+    cluster = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    mirror = ClusterMirror(cluster)  # not started: no watch reports anything yet
+    try:
+        assert cluster.create_job(job_manifest_for(7)) is True
+
+        assert job_names(mirror) == ["gpuportal-job-7"]
+        mirror.start()
+        assert mirror.wait_synced(10)
+        assert job_names(mirror) == ["gpuportal-job-7"]  # listed: once, not twice
+        assert mirror.followers["jobs"].expected == {}
+        sim_cluster.batch().delete_namespaced_job("gpuportal-job-7", "default")
+        assert eventually(lambda: job_names(mirror) == [])
+        assert cluster.create_job(job_manifest_for(8)) is True
+        assert eventually(lambda: mirror.followers["jobs"].expected == {})
+        assert job_names(mirror) == ["gpuportal-job-8"]
+    finally:
+        mirror.stop()
+        cluster.close()

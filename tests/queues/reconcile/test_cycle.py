@@ -1081,3 +1081,31 @@ def test_pods_orphaned_by_a_job_deleted_outside_are_stopped_and_held_until_gone(
     [interval] = UsageInterval.objects.filter(job=first)
     assert interval.ended_at is not None
     assert interval.ended_at <= sim.now()
+
+
+def test_a_cycle_before_the_watch_reports_a_created_job_does_not_take_it_for_deleted(
+    sim_cluster, cluster, mia
+):
+    """Under churn the next cycle can start before the watch has brought the ADDED event of the
+    Job the last one created; the job stays admitted (it failed as "deleted outside the
+    portal" in a replay before the mirror counted its own creates)."""
+    from queues.cluster.mirror import ClusterMirror
+
+    mirror = ClusterMirror(cluster).start()
+    try:
+        assert mirror.wait_synced(10)
+        mirror.followers["jobs"].stopping.set()  # the Jobs' watch reports nothing more
+
+        def cycle():
+            return reconcile_cycle(cluster=cluster, now=sim_cluster.now(), mirror=mirror)
+
+        job = submit(mia, capability="min-40gb", seconds=600)
+        assert cycle().jobs_created == 1
+
+        again = cycle()
+    finally:
+        mirror.stop()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.ADMITTED, "")
+    assert again.transitions == {}
