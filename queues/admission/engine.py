@@ -196,7 +196,8 @@ WHAT_IF_REPLAY_BUDGET = 500
 WALKED_PER_CHECK = 20
 # A waiting job's estimate when the plan skipped the forecast (``plan(estimates=False)``).
 NOT_ESTIMATED = (
-    "being computed: with this many jobs waiting, estimates are refreshed every few seconds"
+    "being computed: with this many jobs waiting, estimates are refreshed every few seconds to a"
+    " minute"
 )
 
 Scenario = Callable[[Forecast], float]

@@ -42,10 +42,12 @@ logger = logging.getLogger(__name__)
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
 # Up to this many waiting jobs, every cycle refreshes all their reasons, positions and
-# estimates; beyond, those already shown are refreshed every REASONS_REFRESH at most.
+# estimates; beyond, those already shown are refreshed every REASONS_REFRESH at most, and at
+# least every REASONS_REFRESH_MAX (see ``refresh_begin``).
 REASONS_ALL_UP_TO = 500
 REASONS_REFRESH = timedelta(seconds=5)
-REASONS_SHARE = 10
+REASONS_REFRESH_MAX = timedelta(seconds=60)
+REASONS_SHARE = 20
 REASONS_LEASE = "pending-reasons-refresh"
 
 
@@ -74,8 +76,10 @@ def refresh_begin(waiting: int) -> Refresh:
     until the next refresh: cycles run as soon as pods end, many a second under churn, and
     rewriting thousands of positions and estimates in each made the cycle's cost grow with the
     queue instead of with what changed. "Now and then" is every ``REASONS_REFRESH``, or, when
-    a refresh took long, after ``REASONS_SHARE`` times as long as it took (a lease says when;
-    ``refresh_end``), so that it stays a small part of the loop's time."""
+    a refresh took long, after ``REASONS_SHARE`` times as long as it took, up to
+    ``REASONS_REFRESH_MAX`` (a lease says when; ``refresh_end``). A refresh holds up the
+    admissions of the GPUs given back while it runs (3 s at 13,000 waiting), so it stays a
+    small part of the loop's time."""
     if waiting <= REASONS_ALL_UP_TO:
         return Refresh(full=True)
     holder = uuid.uuid4().hex
@@ -86,12 +90,12 @@ def refresh_begin(waiting: int) -> Refresh:
 
 def refresh_end(refresh: Refresh) -> None:
     if refresh.holder:
-        took = timedelta(seconds=refresh.cost)
-        lease_acquire(
-            name=REASONS_LEASE,
-            holder=refresh.holder,
-            ttl=max(REASONS_REFRESH, REASONS_SHARE * took),
-        )
+        lease_acquire(name=REASONS_LEASE, holder=refresh.holder, ttl=refresh_pause(refresh.cost))
+
+
+def refresh_pause(cost: float) -> timedelta:
+    """How long after a refresh that took ``cost`` seconds the next one comes."""
+    return min(max(REASONS_REFRESH, REASONS_SHARE * timedelta(seconds=cost)), REASONS_REFRESH_MAX)
 
 
 def new_pending_ids() -> set[int]:

@@ -241,6 +241,15 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     assert third.estimated_start is not None and third.estimated_start_note == ""
 
 
+@pytest.mark.parametrize(("cost", "pause"), [(0.1, 5), (1.5, 30), (3.2, 60), (20.0, 60)])
+def test_a_long_queues_next_refresh_comes_twenty_times_its_cost_later_from_5_s_to_a_minute(
+    cost, pause
+):
+    from queues.reconcile.plan import refresh_pause
+
+    assert refresh_pause(cost) == timedelta(seconds=pause)
+
+
 def test_under_churn_new_reasons_and_numbers_are_written_once_a_second_and_by_a_bursts_last(
     sim_cluster, cluster, mia, monkeypatch
 ):
