@@ -70,7 +70,8 @@ logger = logging.getLogger(__name__)
 
 LEASE = "reconcile"
 READ_SIDE_LEASE = "reconcile-read-side"
-READ_SIDE_EVERY = timedelta(seconds=1)
+# Under churn the read side is written at most this often (pages poll every 3-10 s).
+READ_SIDE_EVERY = timedelta(seconds=2)
 
 
 # --- The cycle -----------------------------------------------------------------------------------
