@@ -32,14 +32,18 @@ def test_it_writes_every_waiting_jobs_values_and_leaves_a_job_that_left_the_queu
     cancelled = waiting(mia, "gone", state=JobState.CANCELLED)
     at = datetime(2026, 12, 3, 18, 30, 15, 250000, tzinfo=UTC)
     reason = {"code": "QuotaExceeded", "message": "8/8 used", "details": {"gpu_class": "l4"}}
-    for position, job in enumerate([first, second, cancelled], start=1):
-        job.pending_reasons = [reason]
-        job.estimated_start = at
-        job.estimated_start_note = f"note {position}"
-        job.position = position
+    rows = {
+        job.pk: {
+            "pending_reasons": [reason],
+            "estimated_start": at,
+            "estimated_start_note": f"note {position}",
+            "position": position,
+        }
+        for position, job in enumerate([first, second, cancelled], start=1)
+    }
 
     with CaptureQueriesContext(connection) as captured:
-        pending_rows_update([first, second, cancelled], FIELDS)
+        pending_rows_update(rows, FIELDS)
 
     stored = {j.name: j for j in Job.objects.all()}
     assert [
