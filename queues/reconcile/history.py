@@ -47,6 +47,9 @@ from queues.rates import gpu_amount
 SLOT_SIZES = (1, 2, 4, 8)
 # Past days rolled up when the history starts or after an outage (older ones are not).
 WAIT_DAYS_BACKFILL = 31
+# How far back a minute between a long queue's refreshes looks for their last pending counts
+# (refreshes come at most a minute apart, plus the time one takes).
+PENDING_CARRIED_FOR = timedelta(minutes=3)
 
 
 @dataclass
@@ -183,7 +186,9 @@ def history_record(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetim
         )
         # A plan that explained only some of the waiting jobs (a cycle between refreshes of a
         # long queue) cannot count them: the minute keeps the last full plan's counts.
-        if not plan.partial:
+        if plan.partial:
+            _pending_carried(minute)
+        else:
             # A reason no job has any more this minute must not keep an earlier cycle's count.
             PendingSample.objects.filter(at=minute).delete()
             PendingSample.objects.bulk_create(
@@ -196,6 +201,26 @@ def history_record(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetim
     _team_stats_store(snapshot, now=now)
     capacity_hours_rollup(now=now)
     wait_days_refresh(now=now)
+
+
+def _pending_carried(minute: datetime) -> None:
+    """A minute that a long queue's full refresh has not reached yet (they come up to a minute
+    apart) gets the last refresh's counts, so that the dashboard's "pending now" and its hourly
+    averages do not count it as a minute with no job waiting."""
+    if PendingSample.objects.filter(at=minute).exists():
+        return
+    since = minute - PENDING_CARRIED_FOR
+    last = PendingSample.objects.filter(at__lt=minute, at__gte=since).aggregate(at=Max("at"))["at"]
+    if last is None:
+        return
+    PendingSample.objects.bulk_create(
+        [
+            PendingSample(at=minute, queue_id=queue_id, code=code, jobs=jobs)
+            for queue_id, code, jobs in PendingSample.objects.filter(at=last).values_list(
+                "queue_id", "code", "jobs"
+            )
+        ]
+    )
 
 
 CAPACITY_STATES = ("in_use", "free", "reserved_idle", "unhealthy", "maintenance", "outside")

@@ -33,17 +33,21 @@ class RowMemo(Generic[Row]):
     ``read(queryset)`` returns ``make(*row)`` of ``columns`` (the first is ``id``) for every row
     of the queryset. On PostgreSQL it reads every row's version first (two short columns), then
     whole only the rows whose version changed since the last read; what left the query is
-    forgotten. Elsewhere every row is read whole. One memo per query: a process holds it across
-    cycles, and it only ever saves reading what has not changed."""
+    forgotten. Elsewhere, or unless ``keep``, every row is read whole and nothing is kept. One
+    memo per query: a process holds it across cycles, and it only ever saves reading what has
+    not changed."""
 
-    def __init__(self, columns: tuple[str, ...], make: Callable[..., Row]) -> None:
+    def __init__(
+        self, columns: tuple[str, ...], make: Callable[..., Row], *, keep: bool = True
+    ) -> None:
         assert columns[0] == "id", "the first column is the id"
         self.columns = columns
         self.make = make
+        self.keep = keep
         self.known: dict[int, tuple[str, Row]] = {}
 
     def read(self, queryset: models.QuerySet) -> list[Row]:
-        if connection.vendor != "postgresql":
+        if connection.vendor != "postgresql" or not self.keep:
             return [self.make(*row) for row in queryset.values_list(*self.columns)]
         versioned = queryset.annotate(row_version=ROW_VERSION)
         versions = list(versioned.values_list("id", "row_version"))

@@ -402,7 +402,9 @@ def _normalized(
 
 
 # The usage intervals of the fair-share horizon: a closed one never changes, so after the first
-# snapshot only the open ones and those written since are read whole (on PostgreSQL).
+# snapshot only the open ones and those written since are read whole (on PostgreSQL) — in the
+# worker, which snapshots many times a second (``usage_rows_kept``); elsewhere (a preview, a
+# page) they are read whole and not kept: a big site has a million in the 56 days.
 class UsageRow(NamedTuple):
     id: int
     team_id: int
@@ -414,7 +416,12 @@ class UsageRow(NamedTuple):
     ended_at: datetime | None
 
 
-_USAGE_ROWS: RowMemo[UsageRow] = RowMemo(UsageRow._fields, UsageRow)
+_USAGE_ROWS: RowMemo[UsageRow] = RowMemo(UsageRow._fields, UsageRow, keep=False)
+
+
+def usage_rows_kept() -> None:
+    """This process keeps the fair-share usage rows between snapshots (the worker)."""
+    _USAGE_ROWS.keep = True
 
 
 def _teams(now: datetime, half_life: timedelta, weights: dict[int, Decimal]) -> list[engine.Team]:

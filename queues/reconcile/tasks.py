@@ -24,6 +24,7 @@ from queues.cluster.mirror import ClusterMirror
 from queues.models import Lease
 from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.leases import lease_acquire, lease_held
+from queues.reconcile.snapshot import usage_rows_kept
 from queues.reconcile.trigger import Coalescer
 
 logger = logging.getLogger(__name__)
@@ -93,8 +94,10 @@ _FULL_COLLECTIONS = {"on": False, "last": 0.0}
 
 @worker_ready.connect
 def worker_gc(**_: object) -> None:
-    """The worker's garbage collection: its start-up heap frozen, full collections by
-    ``collect_if_due`` between cycles instead of whenever the young generations overflow."""
+    """The worker's process-long state: the reconcile's usage memo on, and its garbage
+    collection: the start-up heap frozen, full collections by ``collect_if_due`` between
+    cycles instead of whenever the young generations overflow."""
+    usage_rows_kept()  # the reconcile's snapshots read only usage written since the last
     gc.collect()
     gc.freeze()
     young, middle, _full = gc.get_threshold()

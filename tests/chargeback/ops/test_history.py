@@ -199,3 +199,34 @@ def test_pending_reasons_over_time_average_the_sampled_minutes(example_policy):
     series = pending_over_time(start=DAY, end=DAY + timedelta(hours=1), bucket="hour")
 
     assert series == {"QuotaExceeded": [(DAY, D("2.0"))]}
+
+
+def test_a_minute_between_a_long_queues_refreshes_keeps_the_last_refreshs_pending_counts(
+    example_policy,
+):
+    """Cycles between full refreshes explain only new jobs and cannot count the queue; the
+    minute they start gets the last refresh's counts (refreshes come up to a minute apart),
+    not nothing: the dashboard would show no job waiting until the next refresh."""
+    from queues import admission as engine
+    from queues.reconcile.history import history_record
+    from queues.reconcile.snapshot import snapshot_build
+
+    batch = Queue.objects.get(name="batch")
+    refreshed = DAY + timedelta(minutes=1)
+    PendingSample.objects.create(at=refreshed, queue=batch, code="QuotaExceeded", jobs=4200)
+    PendingSample.objects.create(at=refreshed, queue=batch, code="Priority", jobs=17)
+    later = DAY + timedelta(minutes=2, seconds=30)
+    snap = snapshot_build(now=later, forecasts=False)
+
+    history_record(snap, engine.plan(snap, estimates=False, explain=set()), now=later)
+
+    def counts(minute):
+        return sorted(PendingSample.objects.filter(at=minute).values_list("code", "jobs"))
+
+    assert counts(DAY + timedelta(minutes=2)) == [("Priority", 17), ("QuotaExceeded", 4200)]
+    much_later = DAY + timedelta(minutes=9)  # the last refresh is too old to stand for it
+    history_record(snap, engine.plan(snap, estimates=False, explain=set()), now=much_later)
+    assert counts(much_later) == []
+    # a full plan counts the queue itself (here: nobody waits)
+    history_record(snap, engine.plan(snap), now=later)
+    assert counts(DAY + timedelta(minutes=2)) == []

@@ -273,9 +273,15 @@ def test_a_waiting_job_written_since_the_last_snapshot_is_read_anew_and_only_it(
         assert len(whole) == 1 and f"IN ({jobs[1].pk})" in whole[0]
 
 
-def test_fair_share_reads_whole_only_usage_written_since_the_last_snapshot(cluster, mia):
-    """Closed usage intervals never change: on PostgreSQL a snapshot reads whole only the ones
-    written since the last (an interval that closed in between is read again, with its end)."""
+def test_fair_share_reads_whole_only_usage_written_since_the_last_snapshot(
+    cluster, mia, monkeypatch
+):
+    """Closed usage intervals never change: in the worker, on PostgreSQL, a snapshot reads whole
+    only the ones written since the last (an interval that closed in between is read again,
+    with its end)."""
+    from queues.reconcile import snapshot
+
+    monkeypatch.setattr(snapshot._USAGE_ROWS, "keep", True)  # as the worker sets it
     now = timezone.now()
     h100 = GpuClass.objects.get(name="h100-80gb")
     vision = Team.objects.get(name="vision")
