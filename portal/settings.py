@@ -233,7 +233,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "portal.schema.PortalAutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["portal.filters.StrictFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.PortalPagination",
     "DEFAULT_PARSER_CLASSES": [
         "portal.parsers.PortalJSONParser",

@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 # deadline); the portal only steps in past this grace.
 RUNTIME_LIMIT_GRACE = timedelta(seconds=30)
 START_TIMEOUT = timedelta(minutes=5)
+# A Job created this long ago that a cycle does not see is taken for deleted outside the portal;
+# younger, it may just not have reached this process's watch yet (a Job created by another
+# worker process: a process counts its own, ``ClusterMirror.expect``).
+JOB_SHOW_GRACE = timedelta(seconds=30)
 
 
 # A rolled-back job is not admitted again before a back-off that doubles with each roll-back in
@@ -261,7 +265,8 @@ def _sync_admitted(
     if not job.k8s_job_name:
         return  # not created yet: cluster_apply creates it
     if k8s is None:
-        _deleted_outside(job, pods, now=now, report=report)
+        if job.admitted_at is None or now - job.admitted_at >= JOB_SHOW_GRACE:
+            _deleted_outside(job, pods, now=now, report=report)
         return
     if _image_pull_failed(job, pods, now=now, report=report):
         return

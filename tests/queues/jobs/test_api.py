@@ -367,6 +367,16 @@ def test_the_list_filters_by_state_queue_team_and_owner(mia, noah, victor, api_a
         ("team=", {"team": ["must not be empty (leave the parameter out instead)"]}),
         ("queue=Not_A_Name", {"queue": ["not a name (lowercase letters, digits, '.' and '-')"]}),
         ("page_size=0", {"page_size": ["must be a whole number from 1 to 500"]}),
+        (
+            # a near miss of ``state``: listing every job would read as "these are pending"
+            "status=pending",
+            {
+                "status": [
+                    "not a parameter of this list "
+                    "(it takes format, owner, page, page_size, queue, state, team)"
+                ]
+            },
+        ),
     ],
 )
 def test_a_malformed_filter_is_refused_naming_it(mia, api_as, query, errors):
@@ -374,6 +384,17 @@ def test_a_malformed_filter_is_refused_naming_it(mia, api_as, query, errors):
 
     assert response.status_code == 400
     assert response.json() == errors
+
+
+def test_every_parameter_the_list_takes_is_accepted_together(mia, api_as):
+    mine = job(mia)
+
+    response = api_as(mia).get(
+        "/api/jobs/?state=pending&queue=batch&team=vision&owner=me&page=1&page_size=5&format=json"
+    )
+
+    assert response.status_code == 200
+    assert [j["id"] for j in response.json()["results"]] == [mine.pk]
 
 
 def test_the_list_is_paginated(mia, api_as):

@@ -1123,3 +1123,37 @@ def test_a_cycle_before_the_watch_reports_a_created_job_does_not_take_it_for_del
     job.refresh_from_db()
     assert (job.state, job.failure_reason) == (JobState.ADMITTED, "")
     assert again.transitions == {}
+
+
+def test_a_job_created_by_another_process_is_given_time_to_reach_this_ones_watch(
+    sim_cluster, cluster, mia
+):
+    """Two worker processes take turns running cycles, each with its own mirror: the one that
+    did not create a Job learns of it only from its watch. Its cycle waits 30 s for the Job to
+    show before it takes it for deleted outside the portal."""
+    from queues.cluster.mirror import ClusterMirror
+    from queues.reconcile.jobs import JOB_SHOW_GRACE
+
+    elsewhere = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))  # the other process's
+    creator, other = ClusterMirror(cluster), ClusterMirror(elsewhere)
+    for mirror in (creator, other):
+        mirror.start()
+    try:
+        assert creator.wait_synced(10) and other.wait_synced(10)
+        other.followers["jobs"].stopping.set()  # its Jobs' watch lags: it reports nothing more
+        job = submit(mia, capability="min-40gb", seconds=600)
+        reconcile_cycle(cluster=cluster, now=sim_cluster.now(), mirror=creator)
+
+        reconcile_cycle(cluster=elsewhere, now=sim_cluster.now(), mirror=other)
+
+        job.refresh_from_db()
+        assert job.state == JobState.ADMITTED
+        sim_cluster.advance(JOB_SHOW_GRACE.total_seconds())
+        reconcile_cycle(cluster=elsewhere, now=sim_cluster.now(), mirror=other)
+    finally:
+        creator.stop()
+        other.stop()
+        elsewhere.close()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason) == (JobState.FAILED, "deleted outside the portal")
