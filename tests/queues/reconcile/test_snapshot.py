@@ -150,35 +150,27 @@ def test_running_jobs_hold_what_they_hold(cluster, mia):
     assert admission.capacity is engine.CapacityKind.NOMINAL
 
 
+def used(job, uid, *, start, end, devices=1):
+    """A usage interval of ``job``'s pod ``uid`` on an H100 node (the team's own, vision's)."""
+    return UsageInterval.objects.create(
+        job=job,
+        pod_uid=uid,
+        pod_name=uid,
+        team=job.team,
+        cost_center="CC-1001",
+        gpu_class=GpuClass.objects.get(name="h100-80gb"),
+        node="h100-1",
+        devices=devices,
+        started_at=start,
+        ended_at=end,
+    )
+
+
 def test_recent_usage_is_normalized_and_decays_by_half_life(cluster, mia):
     now = timezone.now()
-    h100 = GpuClass.objects.get(name="h100-80gb")
-    vision = Team.objects.get(name="vision")
     job = submit(mia, "vision", "training", "bf16-large")
-    UsageInterval.objects.create(
-        job=job,
-        pod_uid="p1",
-        pod_name="p1",
-        team=vision,
-        cost_center="CC-1001",
-        gpu_class=h100,
-        node="h100-1",
-        devices=8,
-        started_at=now - timedelta(hours=10),
-        ended_at=now,
-    )
-    UsageInterval.objects.create(
-        job=job,
-        pod_uid="p2",
-        pod_name="p2",
-        team=vision,
-        cost_center="CC-1001",
-        gpu_class=h100,
-        node="h100-1",
-        devices=1,
-        started_at=now - timedelta(days=7, hours=1),
-        ended_at=now - timedelta(days=7),
-    )
+    used(job, "p1", devices=8, start=now - timedelta(hours=10), end=now)
+    used(job, "p2", start=now - timedelta(days=7, hours=1), end=now - timedelta(days=7))
 
     snapshot = snapshot_build(now=now)
 
@@ -283,23 +275,10 @@ def test_fair_share_reads_whole_only_usage_written_since_the_last_snapshot(
 
     monkeypatch.setattr(snapshot._USAGE_ROWS, "keep", True)  # as the worker sets it
     now = timezone.now()
-    h100 = GpuClass.objects.get(name="h100-80gb")
-    vision = Team.objects.get(name="vision")
     job = submit(mia, "vision", "training", "bf16-large")
 
     def interval(uid, hours, ended):
-        return UsageInterval.objects.create(
-            job=job,
-            pod_uid=uid,
-            pod_name=uid,
-            team=vision,
-            cost_center="CC-1001",
-            gpu_class=h100,
-            node="h100-1",
-            devices=1,
-            started_at=now - timedelta(hours=hours),
-            ended_at=ended,
-        )
+        return used(job, uid, start=now - timedelta(hours=hours), end=ended)
 
     interval("closed", 2, now - timedelta(hours=1))  # 1 h × weight 4, ended just now: ~4
     still_open = interval("open", 3, None)  # 3 h so far × weight 4 = 12
