@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import resolve
 
@@ -55,4 +56,21 @@ class ApiBodyLimitMiddleware:
                     },
                     status=413,
                 )
+        return self.get_response(request)
+
+
+class NulCharacterMiddleware:
+    """An address with a NUL character (``%00``) in its path or query is a 400 before any view
+    runs: no page takes one, and PostgreSQL refuses such a string wherever a view would look it
+    up or filter by it (a 500 otherwise)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path_info or any(
+            "\x00" in key or any("\x00" in value for value in values)
+            for key, values in request.GET.lists()
+        ):
+            raise BadRequest("the address contains a NUL character (%00)")
         return self.get_response(request)

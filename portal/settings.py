@@ -63,6 +63,7 @@ MIDDLEWARE = [
     # /healthz and /metrics: any Host, plain HTTP (the kubelet and Prometheus use the pod's IP).
     "portal.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.NulCharacterMiddleware",
     "portal.middleware.ApiBodyLimitMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

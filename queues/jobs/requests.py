@@ -122,6 +122,17 @@ class JobRequest:
         )
 
 
+# The fields the terms' arithmetic multiplies (GPU-equivalents, pod sizes).
+SIZE_FIELDS = frozenset(
+    {
+        "pods",
+        "gpus_per_pod",
+        "cpu_millicores_per_pod",
+        "memory_mib_per_pod",
+        "declared_gpu_memory_gb",
+    }
+)
+
 # The one list of a request's fields: adapters, resubmit and the stored job follow it.
 REQUEST_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(JobRequest) if f.name != "owner"
@@ -136,7 +147,10 @@ def job_request_errors(
     is already wrong is not also judged against the terms. ``cache`` remembers what was read for
     the requests of one batch (memberships, node sizes)."""
     errors = request_value_errors(request)
-    for field_name, messages in request_term_errors(request, cache=cache).items():
+    # Sizes out of every bound are not measured against the terms (their arithmetic, with
+    # 10**25 pods, overflows what any message can show); the names' rules still apply.
+    judge = request_access_errors if errors.keys() & SIZE_FIELDS else request_term_errors
+    for field_name, messages in judge(request, cache=cache).items():
         if field_name not in errors:
             errors[field_name] = messages
     return errors
