@@ -35,9 +35,7 @@ def test_a_nul_in_an_api_address_is_400_naming_it(ada, api_as):
     response = api_as(ada).get("/api/jobs/?queue=%00")
 
     assert response.status_code == 400
-    assert response.json() == {
-        "detail": "Bad request: the address contains a NUL character (%00)"
-    }
+    assert response.json() == {"detail": "Bad request: the address contains a NUL character (%00)"}
 
 
 def test_an_address_without_one_is_served_as_before(ada):
