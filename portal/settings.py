@@ -147,7 +147,7 @@ elif _cache_url:
 else:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "BACKEND": "portal.cache.AtomicDatabaseCache",
             "LOCATION": "portal_cache",
         }
     }
