@@ -299,3 +299,36 @@ def test_sizes_past_any_number_are_400_on_submit_preview_and_batch(mia, api_as, 
     assert page.status_code == 200
     assert page.context["form"].errors == expected
     assert Job.objects.count() == 0
+
+
+def test_a_capability_class_no_node_offers_is_refused_under_capability_class(
+    sara, api_as, example_policy
+):
+    # It was refused under gpus_per_pod, citing a quota of 0 ("may hold at most 0").
+    from queues.models import GpuClass, Node
+
+    t4 = GpuClass.objects.get(name="t4")
+    Node.objects.create(name="t4-01", gpu_class=t4, product=t4.product, gpu_count=4)
+    request = {
+        **GOOD,
+        "team": "search",
+        "queue": "inference",
+        "capability_class": "inference-16gb",
+        "runtime_limit": "1h",
+    }
+
+    api = api_as(sara).post("/api/jobs/", request, format="json")
+    client = Client()
+    client.force_login(sara)
+    page = client.post("/jobs/new", as_form(request))
+
+    expected = {
+        "capability_class": [
+            "capability class inference-16gb needs l4 here (queue inference allows l4); no l4 "
+            "node exists in the cluster: choose a capability class that matches a GPU the "
+            "cluster has"
+        ]
+    }
+    assert (api.status_code, api.json()) == (400, expected)
+    assert page.context["form"].errors == expected
+    assert Job.objects.count() == 0
