@@ -14,8 +14,10 @@ from django.db.models import QuerySet
 from portal.roles import is_admin
 from queues.cluster.adapter import Cluster, cluster_from_settings
 from queues.models import (
+    GPU_HOLDING_STATES,
     Job,
     JobState,
+    Node,
     RateCard,
     RateCardWeight,
     UsageInterval,
@@ -201,4 +203,43 @@ def job_progress(job: Job, *, now: datetime) -> Progress | None:
         limit=job.runtime_limit,
         running=running,
         started_at=job.started_at,
+    )
+
+
+@dataclass(frozen=True)
+class DrainNotice:
+    """A running job's nodes are being drained: when it will be stopped, and why."""
+
+    nodes: list[str]
+    reason: str
+    deadline: datetime | None  # the earliest of its drained nodes' deadlines (None: none set)
+    limit_ends: datetime | None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the deadline comes before the job's own runtime limit ends."""
+        return self.deadline is not None and (
+            self.limit_ends is None or self.limit_ends > self.deadline
+        )
+
+
+def job_drain_notice(job: Job) -> DrainNotice | None:
+    """What the owner must know ahead of a drain's deadline (None: the job's nodes are in
+    service, or it does not hold any)."""
+    if job.state not in GPU_HOLDING_STATES or job.terminating or not job.nodes:
+        return None
+    drained = list(
+        Node.objects.filter(name__in=set(job.nodes))
+        .exclude(maintenance="")
+        .order_by("name")
+        .values_list("name", "maintenance_reason", "maintenance_deadline")
+    )
+    if not drained:
+        return None
+    deadlines = [d for _, _, d in drained if d is not None]
+    return DrainNotice(
+        nodes=[name for name, _, _ in drained],
+        reason="; ".join(sorted({r for _, r, _ in drained if r})),
+        deadline=min(deadlines) if deadlines else None,
+        limit_ends=job.started_at + job.runtime_limit if job.started_at else None,
     )

@@ -27,6 +27,7 @@ from queues.jobs.preview import Preview, job_alternatives, job_preview
 from queues.jobs.requests import JobRequest
 from queues.jobs.selectors import (
     job_cost_so_far,
+    job_drain_notice,
     job_for,
     job_pod_logs,
     job_progress,
@@ -182,6 +183,7 @@ def job_detail(request: PortalRequest, job_id: int) -> HttpResponse:
         "may_cancel": may_cancel(request.user, job),
         "cost": job_cost_so_far(job, now=now),
         "progress": job_progress(job, now=now),
+        "drain": job_drain_notice(job),
     }
     # htmx polls the whole job page while the job is live; the partial stops polling once not
     if request.htmx:

@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet
 from portal.formatting import format_datetime
 from queues import admission as engine
 from queues.models import (
+    GPU_HOLDING_STATES,
     CapacityKind,
     EventKind,
     GpuClass,
@@ -31,7 +32,9 @@ from queues.models import (
     QuotaRequest,
     Reservation,
     Team,
+    UsageInterval,
 )
+from queues.rates import gpu_amount
 from queues.reconcile.plan import quota_bound_classes
 from queues.reconcile.snapshot import snapshot_build
 
@@ -313,6 +316,79 @@ def nodes_by_selector(*, names: list[str], rack: str, gpu_class: str) -> QuerySe
     if gpu_class:
         selected |= Q(gpu_class__name=gpu_class)
     return nodes.filter(selected)
+
+
+@dataclass(frozen=True)
+class DrainedJob:
+    """A job running (or admitted) on a node a drain names, and what the drain does to it."""
+
+    job: Job
+    nodes: list[str]  # its nodes among the drained ones
+    gpus: Fraction  # GPU-equivalents it holds now (its open usage), 0 before its pods run
+    limit_ends: datetime | None  # its runtime limit's end (None: not started)
+    stopped: bool  # the deadline comes before the job ends by its limit
+    saved_at: datetime | None  # its last checkpoint in this run (None: none)
+    lost_hours: Fraction  # hours of work since then (or since it started) at the deadline
+    lost_gpu_hours: Fraction
+
+    @property
+    def gpus_held(self) -> Decimal:
+        return gpu_amount(self.gpus)
+
+    @property
+    def lost_time(self) -> timedelta:
+        return timedelta(seconds=int(self.lost_hours * 3600))
+
+    @property
+    def lost_gpu_hours_shown(self) -> Decimal:
+        return Decimal(self.lost_gpu_hours.numerator) / Decimal(self.lost_gpu_hours.denominator)
+
+
+def drain_impact(nodes: list[Node], *, deadline: datetime | None) -> list[DrainedJob]:
+    """The jobs a drain of ``nodes`` reaches, by job id. Without a deadline none is stopped (new
+    work only stays away). With one, a job whose runtime limit ends later is preempted at the
+    deadline and loses the work since its last checkpoint (since its start without one)."""
+    names = {n.name for n in nodes}
+    jobs = [
+        job
+        for job in Job.objects.filter(state__in=GPU_HOLDING_STATES, terminating=False)
+        .select_related("owner", "team", "queue")
+        .order_by("id")
+        if names & set(job.nodes)
+    ]
+    held: dict[int, Fraction] = defaultdict(Fraction)
+    for job_id, devices, numerator, denominator in UsageInterval.objects.filter(
+        job__in=jobs, ended_at__isnull=True
+    ).values_list("job_id", "devices", "share_numerator", "share_denominator"):
+        held[job_id] += devices * Fraction(numerator, denominator)
+    impact = []
+    for job in jobs:
+        started = job.started_at
+        limit_ends = started + job.runtime_limit if started else None
+        stopped = deadline is not None and (limit_ends is None or limit_ends > deadline)
+        saved_at = (
+            job.last_checkpoint_at
+            if job.last_checkpoint_at and started and job.last_checkpoint_at >= started
+            else None
+        )
+        lost_hours = Fraction(0)
+        if stopped and deadline is not None and started is not None:
+            since = saved_at or started
+            seconds = int(max(deadline - since, timedelta(0)).total_seconds())
+            lost_hours = Fraction(seconds, 3600)
+        impact.append(
+            DrainedJob(
+                job=job,
+                nodes=sorted(names & set(job.nodes)),
+                gpus=held[job.pk],
+                limit_ends=limit_ends,
+                stopped=stopped,
+                saved_at=saved_at,
+                lost_hours=lost_hours,
+                lost_gpu_hours=lost_hours * held[job.pk],
+            )
+        )
+    return impact
 
 
 # --- Reservations ---------------------------------------------------------------------------------

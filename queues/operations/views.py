@@ -6,6 +6,7 @@ the policy service is shown with its numbers and nothing is stored."""
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -39,8 +40,10 @@ from queues.operations.forms import (
 )
 from queues.operations.selectors import (
     AUDITED_MODELS,
+    DrainedJob,
     audit_changes,
     audit_entries,
+    drain_impact,
     nodes_by_selector,
     quota_evidence,
     quota_grid,
@@ -127,8 +130,14 @@ def quota_edit(request: HttpRequest, team: str, gpu_class: str) -> HttpResponse:
 
 @staff_required
 def maintenance(request: HttpRequest) -> HttpResponse:
+    """A drain in two steps, as a reservation: the first POST shows the nodes and the jobs it
+    reaches (who is stopped at the deadline, and the work each loses); the second (``confirm``,
+    for exactly what was shown) drains."""
     form = DrainForm(request.POST or None)
     problems: list[str] = []
+    impact: list[DrainedJob] | None = None
+    drained_nodes: list[Node] = []
+    fingerprint = ""
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         nodes = list(
@@ -143,6 +152,14 @@ def maintenance(request: HttpRequest) -> HttpResponse:
             form.add_error("nodes", f"unknown node(s): {', '.join(unknown)}")
         elif not nodes:
             form.add_error(None, "No node matches that rack or GPU class.")
+        elif request.POST.get("confirm") != (
+            fingerprint := _drain_fingerprint(
+                nodes, data["reason"], data["until"], data["deadline"]
+            )
+        ):
+            # What is drained and who it reaches, then confirm (a changed form is shown again).
+            impact = drain_impact(nodes, deadline=data["deadline"])
+            drained_nodes = nodes
         else:
             try:
                 cluster = cluster_from_settings()
@@ -172,9 +189,21 @@ def maintenance(request: HttpRequest) -> HttpResponse:
             "nodes": Node.objects.select_related("gpu_class").order_by("name"),
             "capacity": capacity_by_state(),
             "problems": problems,
+            "impact": impact,
+            "drained_nodes": drained_nodes,
+            "stopped": [d for d in impact or [] if d.stopped],
+            "fingerprint": fingerprint,
         },
         status=422 if (problems or form.errors) else 200,
     )
+
+
+def _drain_fingerprint(
+    nodes: list[Node], reason: str, until: datetime | None, deadline: datetime | None
+) -> str:
+    """What the admin saw before confirming: a drain of anything else is shown again first."""
+    seen = (sorted(n.name for n in nodes), reason, until, deadline)
+    return hashlib.sha256(repr(seen).encode()).hexdigest()[:16]
 
 
 @staff_required

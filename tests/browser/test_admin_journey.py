@@ -156,3 +156,47 @@ def test_the_admin_pages_fit_a_phone_and_a_desktop(page: Page, screenshot, admin
             " e.className).slice(0, 5)"
         )
         assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at {width}px: {wide}"
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_a_drain_shows_the_jobs_it_stops_before_the_admin_confirms(
+    page: Page, screenshot, admin, demo_member, cycle, sim_cluster, settings, width
+):
+    from datetime import timedelta
+
+    settings.CLUSTER_KUBECONFIG = str(sim_cluster.kubeconfig)
+    job = JobFactory(
+        owner=demo_member,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="batch"),
+        capability_class=CapabilityClass.objects.get(name="min-40gb"),
+        gpus_per_pod=8,
+        runtime_limit=timedelta(hours=24),
+        env={"SIM_DURATION_SECONDS": "inf"},
+    )
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    (node,) = job.nodes
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(page, admin, r"/manage/quotas/$")
+    page.goto("/manage/maintenance/")
+    page.fill("#id_nodes", node)
+    page.fill("#id_reason", "PSU swap")
+    deadline = sim_cluster.now() + timedelta(hours=1)
+    page.fill("#id_deadline", deadline.strftime("%Y-%m-%dT%H:%M"))
+    page.get_by_role("button", name="Check who is affected").click()
+
+    impact = page.locator("#drain-impact")
+    expect(impact).to_contain_text("1 job runs there; 1 is stopped at the deadline.")
+    expect(page.locator(f"#drained-job-{job.pk}")).to_contain_text("stopped")
+    screenshot(f"{width} drain impact")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the drain's impact scrolls sideways by {overflow}px at {width}px"
+    assert not sim_cluster.core().read_node(node).spec.unschedulable
+
+    page.get_by_role("button", name="Drain 1 node").click()
+    expect(page.locator(".messages")).to_contain_text(f"Drained {node}")
+    assert sim_cluster.core().read_node(node).spec.unschedulable is True

@@ -53,9 +53,17 @@ def test_a_drain_cordons_taints_and_labels_the_nodes_and_jobs_say_maintenance(
     client.force_login(ada)
     until = sim_cluster.now() + timedelta(days=1)
 
+    form = {
+        "gpu_class": "t4",
+        "reason": "firmware update",
+        "until": until.strftime("%Y-%m-%dT%H:%M"),
+    }
+    check = client.post("/manage/maintenance/", form)
+    # The first step drains nothing: it shows what would be drained, then asks.
+    assert check.status_code == 200
+    assert not sim_cluster.core().read_node("t4-01").spec.unschedulable
     response = client.post(
-        "/manage/maintenance/",
-        {"gpu_class": "t4", "reason": "firmware update", "until": until.strftime("%Y-%m-%dT%H:%M")},
+        "/manage/maintenance/", {**form, "confirm": check.context["fingerprint"]}
     )
 
     assert response.status_code == 302
@@ -200,10 +208,93 @@ def test_a_drain_the_cluster_refuses_part_of_says_what_was_drained(client, ada, 
     Node.objects.create(name="t4-99", gpu_class=t4.gpu_class, product=t4.product, gpu_count=4)
     client.force_login(ada)
 
-    response = client.post("/manage/maintenance/", {"nodes": "t4-01 t4-99", "reason": "x"})
+    form = {"nodes": "t4-01 t4-99", "reason": "x"}
+    check = client.post("/manage/maintenance/", form)
+    response = client.post(
+        "/manage/maintenance/", {**form, "confirm": check.context["fingerprint"]}
+    )
 
     assert response.status_code == 422
     (problem,) = response.context["problems"]
     assert problem.startswith("Drained t4-01; the cluster did not take the drain of t4-99: 404: ")
     assert Node.objects.get(name="t4-01").maintenance == "cordoned"
     assert Node.objects.get(name="t4-99").maintenance == ""
+
+
+def running_h100_job(user, *, checkpoint_minutes_ago=None):
+    job = JobFactory(
+        owner=user,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="batch"),
+        capability_class=CapabilityClass.objects.get(name="min-40gb"),
+        gpus_per_pod=8,
+        runtime_limit=timedelta(hours=24),
+        env={"SIM_DURATION_SECONDS": "inf"},
+    )
+    return job
+
+
+def test_a_drain_shows_who_it_stops_and_what_they_lose_before_it_drains(
+    client, ada, mia, sim_cluster, cycle
+):
+    from queues.models import Job
+
+    job = running_h100_job(mia)
+    cycle()
+    sim_cluster.advance(30)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    (node,) = job.nodes
+    deadline = (sim_cluster.now() + timedelta(hours=2)).replace(second=0, microsecond=0)
+    Job.objects.filter(pk=job.pk).update(
+        started_at=deadline - timedelta(hours=3),
+        last_checkpoint_at=deadline - timedelta(hours=2, minutes=20),
+    )
+    client.force_login(ada)
+    form = {"nodes": node, "reason": "PSU swap", "deadline": deadline.strftime("%Y-%m-%dT%H:%M")}
+
+    check = client.post("/manage/maintenance/", form)
+
+    assert check.status_code == 200
+    (drained,) = check.context["impact"]
+    assert (drained.job.pk, drained.nodes, drained.stopped) == (job.pk, [node], True)
+    assert drained.gpus == 8
+    # At the deadline: 2h20m since its last checkpoint, on 8 GPUs.
+    assert drained.lost_time == timedelta(hours=2, minutes=20)
+    assert f"{drained.lost_gpu_hours_shown:.2f}" == "18.67"
+    html = check.content.decode()
+    assert "1 job runs there; 1 is stopped at the deadline." in html
+    assert "2h20m × 8 = 18.67 GPU-hours" in html
+    assert not sim_cluster.core().read_node(node).spec.unschedulable
+
+    # Confirming something else than what was shown shows it again, and drains nothing.
+    changed = client.post(
+        "/manage/maintenance/",
+        {**form, "reason": "other", "confirm": check.context["fingerprint"]},
+    )
+    assert changed.status_code == 200 and changed.context["impact"] is not None
+    assert not sim_cluster.core().read_node(node).spec.unschedulable
+
+    done = client.post("/manage/maintenance/", {**form, "confirm": check.context["fingerprint"]})
+    assert done.status_code == 302
+    assert sim_cluster.core().read_node(node).spec.unschedulable is True
+
+    # Its owner is told on the job page, ahead of the deadline.
+    client.force_login(mia)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f"Node {node} is being drained for maintenance (PSU swap)." in page
+    assert "This job will be stopped at" in page
+    assert "Checkpoint before then." in page
+
+
+def test_a_drain_without_a_deadline_stops_nobody_and_says_so(client, ada, cycle):
+    cycle()
+    client.force_login(ada)
+
+    check = client.post("/manage/maintenance/", {"nodes": "t4-01", "reason": "x"})
+
+    assert check.status_code == 200
+    assert check.context["impact"] == []
+    assert "No job runs on this node." in check.content.decode()
+    assert "No deadline: running work may finish." in check.content.decode()
