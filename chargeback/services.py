@@ -41,21 +41,7 @@ def period_close(*, month: date, by: Any | None, now: datetime) -> tuple[Period,
     existing = Period.objects.filter(month=month).first()
     if existing is not None:
         return existing, False
-    if month_end(month) > now:
-        raise PeriodRefused(
-            f"{month:%Y-%m} has not ended yet: it can be closed from "
-            f"{month_end(month):%Y-%m-%d %H:%M} UTC"
-        )
-    latest = Period.objects.order_by("-month").first()
-    if latest is not None and month != next_month(latest.month):
-        expected = next_month(latest.month)
-        raise PeriodRefused(
-            f"periods close in order: the last closed is {latest.month:%Y-%m}, so "
-            f"{expected:%Y-%m} must be closed before {month:%Y-%m}"
-            if month > expected
-            else f"periods close in order: {month:%Y-%m} comes before {latest.month:%Y-%m}, "
-            f"which is closed already"
-        )
+    period_close_allowed(month=month, now=now)
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -71,6 +57,26 @@ def period_close(*, month: date, by: Any | None, now: datetime) -> tuple[Period,
             + [_frozen(period, a.line, teams, classes, a.period_id) for a in adjustments]
         )
     return period, True
+
+
+def period_close_allowed(*, month: date, now: datetime) -> None:
+    """Raises ``PeriodRefused`` when ``month`` may not be closed now: it has not ended, or it is
+    not the month after the last closed (periods close in order)."""
+    if month_end(month) > now:
+        raise PeriodRefused(
+            f"{month:%Y-%m} has not ended yet: it can be closed from "
+            f"{month_end(month):%Y-%m-%d %H:%M} UTC"
+        )
+    latest = Period.objects.order_by("-month").first()
+    if latest is not None and month != next_month(latest.month):
+        expected = next_month(latest.month)
+        raise PeriodRefused(
+            f"periods close in order: the last closed is {latest.month:%Y-%m}, so "
+            f"{expected:%Y-%m} must be closed before {month:%Y-%m}"
+            if month > expected
+            else f"periods close in order: {month:%Y-%m} comes before {latest.month:%Y-%m}, "
+            f"which is closed already"
+        )
 
 
 def _frozen(

@@ -3,8 +3,9 @@ service)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -13,13 +14,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from chargeback import charts
 from chargeback.capacity import capacity_split
 from chargeback.exports import report_csv, report_data
 from chargeback.models import month_end, month_start
 from chargeback.selectors import (
+    PeriodReport,
     forecast_by_team,
     monthly_trend,
     months_before,
@@ -28,7 +29,7 @@ from chargeback.selectors import (
     team_ids_visible_to,
     waste_by_team,
 )
-from chargeback.services import PeriodRefused, parse_month, period_close
+from chargeback.services import PeriodRefused, parse_month, period_close, period_close_allowed
 from chargeback.statements import DEFAULT_GROUP_BY, statement
 from portal.roles import is_finance
 from queues.models import Job, RateCard, Team, UsageInterval
@@ -105,22 +106,67 @@ def report(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_POST
 def close(request: HttpRequest) -> HttpResponse:
+    """Closing a month freezes its statement for good: GET shows what would be frozen (the
+    totals, the lines still provisional, the adjustments recorded for earlier months); the POST
+    closes only if those totals are still the ones shown (``confirm``), else shows them again."""
     if not is_finance(request.user):
         raise Http404
-    month: date | None = None
+    data = request.POST if request.method == "POST" else request.GET
     try:
-        month = parse_month(request.POST.get("month", ""))
-        period, closed = period_close(month=month, by=request.user, now=timezone.now())
-    except (ValueError, PeriodRefused) as exc:
+        month = parse_month(data.get("month", ""))
+    except ValueError as exc:
         messages.error(request, f"Not closed: {exc}")
-    else:
-        messages.success(
-            request, f"Closed {period}." if closed else f"{period} was closed already."
-        )
-    query = f"?month={month:%Y-%m}" if month else ""
-    return redirect(f"/chargeback/{query}")
+        return redirect("/chargeback/")
+    back = redirect(f"/chargeback/?month={month:%Y-%m}")
+    now = timezone.now()
+    preview = period_report(month=month, now=now, team_ids=None)
+    if preview.closed:
+        messages.info(request, f"{month:%Y-%m} was closed already.")
+        return back
+    fingerprint = _totals_fingerprint(preview)
+    changed = False
+    if request.method == "POST":
+        if data.get("confirm") == fingerprint:
+            try:
+                period, closed = period_close(month=month, by=request.user, now=now)
+            except PeriodRefused as exc:
+                messages.error(request, f"Not closed: {exc}")
+            else:
+                messages.success(
+                    request, f"Closed {period}." if closed else f"{period} was closed already."
+                )
+            return back
+        changed = True  # usage came in since the totals were shown: show them again
+    return render(
+        request,
+        "chargeback/close.html",
+        {
+            "report": preview,
+            "month": month,
+            "fingerprint": fingerprint,
+            "changed": changed,
+            "provisional": [line for line in preview.lines if line.provisional],
+            "refused": _close_refusal(month, now),
+        },
+    )
+
+
+def _totals_fingerprint(report: PeriodReport) -> str:
+    """What the closing person saw: the lines and adjustments, as rounded."""
+    seen = [
+        (line.key, line.gpu_hours, line.normalized_gpu_hours, line.cost) for line in report.lines
+    ] + [(a.period_id, a.line.key, a.line.cost) for a in report.adjustments]
+    return hashlib.sha256(repr(seen).encode()).hexdigest()[:16]
+
+
+def _close_refusal(month: date, now: datetime) -> str:
+    """Why the month cannot be closed now (empty: it can), said before anyone confirms."""
+    try:
+        period_close_allowed(month=month, now=now)
+    except PeriodRefused as exc:
+        return str(exc)
+    return ""
 
 
 def _visible_team(request: HttpRequest, name: str) -> Team:

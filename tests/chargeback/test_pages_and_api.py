@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from chargeback.models import Period
 from queues.models import SharingMode
 from tests.chargeback.helpers import hold
 
@@ -176,11 +177,52 @@ def test_anonymous_gets_the_login_page_and_a_401(client, api):
 
 def test_only_finance_may_close_and_the_page_says_closed(november, fiona, mia):
     assert _client(mia).post("/chargeback/close", {"month": MONTH}).status_code == 404
+    assert _client(mia).get("/chargeback/close", {"month": MONTH}).status_code == 404
+    client = _client(fiona)
 
-    response = _client(fiona).post("/chargeback/close", {"month": MONTH}, follow=True)
+    # One click shows what would be frozen; nothing is closed yet.
+    shown = client.get("/chargeback/close", {"month": MONTH})
+    assert shown.status_code == 200
+    assert b'data-testid="frozen-cost">100.50 EUR' in shown.content
+    assert not Period.objects.exists()
+
+    response = client.post(
+        "/chargeback/close",
+        {"month": MONTH, "confirm": shown.context["fingerprint"]},
+        follow=True,
+    )
 
     assert b"Closed 2026-11." in response.content
     assert response.context["report"].closed
+
+
+def test_a_close_confirmed_for_totals_that_changed_since_shows_them_again(november, fiona):
+    from queues.models import UsageInterval
+
+    client = _client(fiona)
+    shown = client.get("/chargeback/close", {"month": MONTH})
+    # Late usage for November arrives between the look and the click.
+    late = UsageInterval.objects.get(team__name="vision")
+    late.pk = None
+    late.pod_uid = "late-pod"
+    late.save()
+
+    again = client.post(
+        "/chargeback/close", {"month": MONTH, "confirm": shown.context["fingerprint"]}
+    )
+
+    assert again.status_code == 200
+    assert again.context["changed"] is True
+    assert b'data-testid="frozen-cost">196.50 EUR' in again.content  # 96.00 more
+    assert not Period.objects.exists()
+
+
+def test_a_month_that_cannot_close_says_why_before_anyone_confirms(fiona, example_policy):
+    page = _client(fiona).get("/chargeback/close", {"month": "2099-01"})
+
+    assert page.status_code == 200
+    assert "It cannot be closed now: 2099-01 has not ended yet" in page.content.decode()
+    assert b"disabled" in page.content
 
 
 def test_drill_down_from_team_to_job_to_intervals(november, fiona):
