@@ -159,6 +159,19 @@ def audit_changed(obj: Model, changes: Mapping[str, tuple[Any, Any]]) -> None:
     )
 
 
+def audit_members(obj: Model, *, field: str, added: list[str], removed: list[str]) -> None:
+    """Record names joining (``added``) or leaving (``removed``) a list of ``obj`` that no
+    many-to-many signal reports, in the shape such a signal's entry has."""
+    for operation, names in (("add", added), ("delete", removed)):
+        if names:
+            LogEntry.objects.log_create(
+                obj,
+                force_log=True,
+                action=LogEntry.Action.UPDATE,
+                changes={field: {"type": "m2m", "operation": operation, "objects": names}},
+            )
+
+
 def audit_action(obj: Model, *, what: str, changes: Mapping[str, tuple[Any, Any]]) -> None:
     """Record an action on an object the audit does not track by signals (a node's drain)."""
     LogEntry.objects.log_create(
