@@ -226,52 +226,31 @@ if OIDC_ISSUER:
 LDAP_SERVER_URI = env.str("LDAP_SERVER_URI", default="")
 if LDAP_SERVER_URI:
     try:
-        import ldap
-        from django_auth_ldap.config import (
-            GroupOfNamesType,
-            GroupOfUniqueNamesType,
-            LDAPSearch,
-            PosixGroupType,
-        )
+        from portal.sso.ldap_config import ldap_auth_settings
     except ImportError as _exc:
         raise ImproperlyConfigured(
             f"LDAP_SERVER_URI is set but LDAP support is not installed ({_exc}): "
             "pip install '.[ldap]' (python-ldap needs libldap2-dev and libsasl2-dev to build)"
         ) from _exc
     AUTHENTICATION_BACKENDS.append("portal.sso.ldap.PortalLDAPBackend")
-    AUTH_LDAP_SERVER_URI = LDAP_SERVER_URI
-    AUTH_LDAP_START_TLS = env.bool("LDAP_START_TLS", default=False)
-    # A service account to search with (empty: search anonymously).
-    AUTH_LDAP_BIND_DN = env.str("LDAP_BIND_DN", default="")
-    AUTH_LDAP_BIND_PASSWORD = env.str("LDAP_BIND_PASSWORD", default="")
-    AUTH_LDAP_USER_SEARCH = LDAPSearch(
-        env.str("LDAP_USER_SEARCH_BASE"),
-        ldap.SCOPE_SUBTREE,
-        env.str("LDAP_USER_FILTER", default="(uid=%(user)s)"),
-    )
-    AUTH_LDAP_USER_ATTR_MAP = {"first_name": "givenName", "last_name": "sn", "email": "mail"}
-    AUTH_LDAP_ALWAYS_UPDATE_USER = True
-    _ldap_group_base = env.str("LDAP_GROUP_SEARCH_BASE", default="")
-    if _ldap_group_base:
-        _group_types = {
-            "groupOfNames": GroupOfNamesType,
-            "groupOfUniqueNames": GroupOfUniqueNamesType,
-            "posixGroup": PosixGroupType,
-        }
-        _group_type = env.str("LDAP_GROUP_TYPE", default="groupOfNames")
-        if _group_type not in _group_types:
-            raise ImproperlyConfigured(
-                f"LDAP_GROUP_TYPE={_group_type!r}: expected one of {', '.join(_group_types)}"
+    try:
+        # AUTH_LDAP_SERVER_URI, AUTH_LDAP_USER_SEARCH, AUTH_LDAP_GROUP_SEARCH… (django-auth-ldap)
+        globals().update(
+            ldap_auth_settings(
+                server_uri=LDAP_SERVER_URI,
+                start_tls=env.bool("LDAP_START_TLS", default=False),
+                # A service account to search with (empty: search anonymously).
+                bind_dn=env.str("LDAP_BIND_DN", default=""),
+                bind_password=env.str("LDAP_BIND_PASSWORD", default=""),
+                user_search_base=env.str("LDAP_USER_SEARCH_BASE"),
+                user_filter=env.str("LDAP_USER_FILTER", default="(uid=%(user)s)"),
+                group_search_base=env.str("LDAP_GROUP_SEARCH_BASE", default=""),
+                group_type=env.str("LDAP_GROUP_TYPE", default="groupOfNames"),
+                timeout_seconds=env.float("LDAP_TIMEOUT_SECONDS", default=5.0),
             )
-        AUTH_LDAP_GROUP_SEARCH = LDAPSearch(
-            _ldap_group_base, ldap.SCOPE_SUBTREE, f"(objectClass={_group_type})"
         )
-        # Groups by their cn, the names the policy's groups use.
-        AUTH_LDAP_GROUP_TYPE = _group_types[_group_type](name_attr="cn")
-    AUTH_LDAP_CONNECTION_OPTIONS = {
-        ldap.OPT_NETWORK_TIMEOUT: env.float("LDAP_TIMEOUT_SECONDS", default=5.0),
-        ldap.OPT_TIMEOUT: env.float("LDAP_TIMEOUT_SECONDS", default=5.0),
-    }
+    except ValueError as _exc:
+        raise ImproperlyConfigured(str(_exc)) from _exc
 
 # --- HTTPS and headers -------------------------------------------------------------------------
 # Behind a TLS-terminating proxy, the proxy's header says the request came over HTTPS; set
