@@ -93,9 +93,10 @@ def identity_user_find(*, issuer: str, subject: str, username: str) -> User | No
         if user.has_usable_password():
             raise LoginRefused(
                 "local-account",
-                f"The portal has a local account named {username}, with its own password, so "
-                "single sign-on does not log you in as it. Ask an administrator to remove that "
-                "account's password (your next login then takes it over) or to rename it.",
+                f"The portal has a local account named {username}, with its own password, and a "
+                "login through an identity provider or a directory never uses one. Ask an "
+                "administrator to remove that account's password (your next login then takes "
+                "it over) or to rename it.",
                 detail=f"user {username!r} has a usable local password and no link to {issuer}",
             )
     if not user.is_active:

@@ -249,9 +249,9 @@ def test_a_local_account_is_never_taken_over_by_single_sign_on(
 
     assert page.status_code == 403
     assert (
-        "The portal has a local account named ada, with its own password, so single sign-on "
-        "does not log you in as it. Ask an administrator to remove that account&#x27;s password "
-        "(your next login then takes it over) or to rename it."
+        "The portal has a local account named ada, with its own password, and a login through "
+        "an identity provider or a directory never uses one. Ask an administrator to remove "
+        "that account&#x27;s password (your next login then takes it over) or to rename it."
     ) in page.text
     assert logged_in_as(session, live_server) is None
     assert teams_of("ada") == []
