@@ -92,6 +92,7 @@ PAGES = [
     Call("manage/audit/", "GET", "/manage/audit/", (R, 403, 403, 200, 200)),
     Call("manage/policy/", "GET", "/manage/policy/", (R, 403, 403, 403, 200)),
     Call("manage/policy/export", "GET", "/manage/policy/export", (R, 403, 403, 403, 200)),
+    Call("manage/policy/roles/", "GET", "/manage/policy/roles/", (R, 403, 403, 403, 200)),
     Call(
         "manage/policy/<str:section>/new",
         "GET",
