@@ -40,6 +40,7 @@ from queues.models import (
     RateCard,
     RateCardWeight,
     Reservation,
+    RoleGroups,
     Team,
 )
 
@@ -220,6 +221,7 @@ def register_policy_models() -> None:
         RateCardWeight,
         FairShareSettings,
         QuotaRequest,
+        RoleGroups,
     ):
         if not auditlog.contains(model):
             auditlog.register(model)
