@@ -207,6 +207,7 @@ def register_policy_models() -> None:
         RateCardWeight,
         FairShareSettings,
         QuotaRequest,
+        RoleGroups,
     ):
         # Before the audit's receivers, so that they see the stored spelling of decimals.
         pre_save.connect(
