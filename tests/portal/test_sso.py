@@ -187,6 +187,14 @@ class TestPasswordLogin:
         assert admin.status_code == 200
         assert client.get("/queues/").status_code == 302
 
+    def test_switching_passwords_off_ends_the_sessions_they_opened(self, settings, client, people):
+        self.log_in(client, "mia")
+        assert client.get("/queues/").status_code == 200
+
+        settings.PASSWORD_LOGIN = "off"
+
+        assert client.get("/queues/").status_code == 302
+
     def test_with_single_sign_on_the_login_page_offers_it_and_keeps_the_form_for_break_glass(
         self, settings, client
     ):
