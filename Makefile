@@ -18,12 +18,16 @@ $(STAMP): pyproject.toml constraints.txt | ldap-build-deps
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[ldap,dev]'
 	touch $(STAMP)
 
-# python-ldap (under django-auth-ldap) compiles against OpenLDAP's and Cyrus SASL's headers:
-# install Debian's packages when missing (as root), before pip needs them.
-LDAP_BUILD_DEPS := libldap2-dev libsasl2-dev
+# python-ldap (under django-auth-ldap) has no wheel: pip compiles it against OpenLDAP's and
+# Cyrus SASL's headers (and Python's own). Install Debian's packages when missing (as root),
+# before pip needs them.
+LDAP_BUILD_DEPS := gcc libldap2-dev libsasl2-dev
 ldap-build-deps:
 	@missing=$$(for p in $(LDAP_BUILD_DEPS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
 		| grep -q 'install ok installed' || echo $$p; done); \
+	$(PYTHON) -c "import os, sys, sysconfig; \
+		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+		|| missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing $$missing to build python-ldap"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
