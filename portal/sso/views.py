@@ -66,7 +66,7 @@ def sso_callback(request: HttpRequest) -> HttpResponse:
                 "not-configured",
                 "Single sign-on is not set up completely on this portal.",
                 detail="portal.sso.oidc.OidcBackend is not in AUTHENTICATION_BACKENDS",
-                status=500,
+                status=503,
             ),
         )
     target = request.session.pop(NEXT_KEY, "")
