@@ -61,7 +61,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "portal.request_log.RequestIdMiddleware",
+    # /healthz and /metrics: any Host, plain HTTP (the kubelet and Prometheus use the pod's IP).
+    "portal.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.NulCharacterMiddleware",
     "portal.middleware.ApiBodyLimitMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -145,7 +148,7 @@ elif _cache_url:
 else:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "BACKEND": "portal.cache.AtomicDatabaseCache",
             "LOCATION": "portal_cache",
         }
     }
@@ -260,8 +263,8 @@ SECURE_PROXY_SSL_HEADER = (
     ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https") if _proxy_header else None
 )
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
-# /healthz answers over plain HTTP: load balancers and orchestrators probe it from inside.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+# /healthz and /metrics are answered before the redirect (portal.middleware.ProbeMiddleware):
+# probes and scrapes come over plain HTTP from inside the cluster.
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 # The "preload" token only allows submitting the domain to browsers' preload list; it enrols
@@ -403,6 +406,14 @@ if CLUSTER_MODE not in {"sim", "kubeconfig", "in-cluster"}:
     )
 CLUSTER_KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "sim" / "kubeconfig"))
 CLUSTER_CONTEXT = env.str("KUBE_CONTEXT", default="") or None
+# In-cluster: the projected service-account token and the cluster's CA, as the kubelet mounts them.
+# The token rotates; the adapter reads it again when the file changes or the API answers 401.
+CLUSTER_TOKEN_FILE = env.str(
+    "CLUSTER_TOKEN_FILE", default="/var/run/secrets/kubernetes.io/serviceaccount/token"
+)
+CLUSTER_CA_FILE = env.str(
+    "CLUSTER_CA_FILE", default="/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+)
 # Node label keys that carry topology (they differ between clusters).
 # The portal's address as a job's pods reach it: given to them as GPUPORTAL_API_URL, with a token
 # scoped to the job, so that they can report checkpoints. Empty: pods are not told.

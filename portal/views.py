@@ -15,12 +15,14 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.views import defaults
+from django.views.decorators.http import require_safe
 
 from portal.login_throttle import ThrottledAuthenticationForm
 from portal.roles import landing
 from portal.sso.oidc import oidc_enabled
 
 
+@require_safe
 def healthz(request: HttpRequest) -> HttpResponse:
     """200 when the database answers, 503 otherwise (no authentication: load balancers call it)."""
     try:

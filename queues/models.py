@@ -1254,3 +1254,25 @@ class MetricCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.label}}} = {self.value}"
+
+
+class SubmissionKey(models.Model):
+    """A submission its sender may send again (the form's one-time key after Back, a script's
+    ``Idempotency-Key`` after a time-out): the jobs the first one stored, for a day. A repeat
+    with the same key gets those jobs instead of new ones (``queues.jobs.services``)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="submission_keys"
+    )
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64, help_text="sha256 of the request's fields")
+    jobs = models.JSONField(default=list, help_text="The ids of the jobs stored, in order.")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="submission_key_once_per_owner")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id}: {self.key} → {self.jobs}"

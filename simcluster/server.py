@@ -35,6 +35,7 @@ import logging
 import secrets
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -90,6 +91,8 @@ class SimServer:
     ``tick_interval`` (real seconds) runs a background ticker that keeps the simulation up with
     its clock; ``None`` leaves time to whoever calls ``cluster.tick()``/``advance()`` (tests).
     Watches without events send a BOOKMARK every ``bookmark_interval`` real seconds, if asked.
+    ``tls`` (a certificate file and its key) serves HTTPS instead, as a real API server does (a
+    pod's in-cluster client only speaks HTTPS).
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class SimServer:
         token: str | None = None,
         tick_interval: float | None = 0.05,
         bookmark_interval: float = 5.0,
+        tls: tuple[str | Path, str | Path] | None = None,
     ) -> None:
         self.cluster = cluster
         self.token = token or secrets.token_urlsafe(24)
@@ -112,6 +116,11 @@ class SimServer:
         self.requests: dict[str, int] = {"read": 0, "write": 0, "watch": 0}
         self._requests_lock = threading.Lock()
         self._httpd = _HttpServer((host, port), _Handler, self)
+        self.tls = tls
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
         self._threads: list[threading.Thread] = []
         self._serving = False
 
@@ -125,7 +134,7 @@ class SimServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def count_request(self, kind: str) -> None:
         with self._requests_lock:
@@ -300,8 +309,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(Response(500, ApiError(500, f"Internal error occurred: {error}").status()))
 
     def _authorized(self) -> bool:
-        header = self.headers.get("Authorization", "")
-        return secrets.compare_digest(header.encode(), f"Bearer {self.sim.token}".encode())
+        # The scheme is case-insensitive (RFC 9110): the in-cluster client sends "bearer".
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(
+            token.encode(), self.sim.token.encode()
+        )
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)

@@ -160,16 +160,26 @@ class SimClusterHandle:
         pods and its clock go on, as when a control plane restarts."""
         self.server.stop()
 
-    def start_server(self) -> None:
-        """The API server is back on the same address with the same token and the same state."""
+    def start_server(self, *, token: str | None = None) -> None:
+        """The API server is back on the same address with the same state, and the same token
+        unless ``token`` says otherwise."""
         old = self.server
         self.server = SimServer(
             self.cluster,
             port=old.port,
-            token=old.token,
+            token=token or old.token,
             tick_interval=None,
             bookmark_interval=old.bookmark_interval,
+            tls=old.tls,
         ).start()
+
+    def rotate_token(self, token: str, *, kubeconfig: bool = True) -> None:
+        """The API server restarts wanting a new token (same address, same state); with
+        ``kubeconfig`` the kubeconfig is rewritten with it, as a renewed one would be."""
+        self.stop_server()
+        self.start_server(token=token)
+        if kubeconfig:
+            self.server.write_kubeconfig(self.kubeconfig)
 
     def close(self) -> None:
         for api in self._clients:

@@ -24,7 +24,7 @@ from portal.sso.identities import (
 
 
 def ldap_via() -> str:
-    return f"LDAP {settings.AUTH_LDAP_SERVER_URI}"
+    return f"LDAP {settings.LDAP_SERVER_URI}"
 
 
 class PortalLDAPBackend(LDAPBackend):
@@ -35,7 +35,7 @@ class PortalLDAPBackend(LDAPBackend):
         username = username.lower()  # a directory's uids ignore case; the portal's do not
         try:
             user = identity_user_find(
-                issuer=settings.AUTH_LDAP_SERVER_URI, subject=ldap_user.dn, username=username
+                issuer=settings.LDAP_SERVER_URI, subject=ldap_user.dn, username=username
             )
         except LoginRefused as refusal:
             request = getattr(ldap_user, "_request", None)
@@ -53,7 +53,7 @@ class PortalLDAPBackend(LDAPBackend):
             return None
         searched = getattr(settings, "AUTH_LDAP_GROUP_SEARCH", None) is not None
         identity = Identity(
-            issuer=settings.AUTH_LDAP_SERVER_URI,
+            issuer=settings.LDAP_SERVER_URI,
             subject=ldap_user.dn,
             username=user.get_username(),
             groups=frozenset(ldap_user.group_names) if searched else None,

@@ -228,11 +228,15 @@ def _tolerating_queue(state: State, ask: Ask, gpu_class: str) -> str:
 def _fits_empty(state: State, pool: Pool, shape: Shape) -> bool:
     """Whether ``shape`` fits ``pool`` once every job has ended, every node is back from
     maintenance and healthy (a broken or not-ready node is a state the cluster may leave), and
-    pods the portal did not create have ended too."""
+    pods the portal did not create have ended too: all devices free, and on time-sliced nodes
+    all of their memory (memory running pods declared is a wait, not a never)."""
     key = ("fits-empty", id(pool), shape)
     known = state.memo.get(key)
     if known is None:
         every = [True] * len(pool.nodes)
-        known = place(pool, shape, list(pool.total), eligible=every) is not None
+        known = (
+            place(pool, shape, list(pool.total), eligible=every, hbm_free=pool.hbm_total)
+            is not None
+        )
         state.memo[key] = known
     return bool(known)

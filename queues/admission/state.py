@@ -64,6 +64,7 @@ class Pool:
     total: list[int] = field(default_factory=list)  # devices per node, incl. outside the portal
     unit: list[int] = field(default_factory=list)  # scaled GPU-eq of one device per local node
     hbm_free: list[int] = field(default_factory=list)  # time-sliced: undeclared HBM GB
+    hbm_total: list[int] = field(default_factory=list)  # time-sliced: HBM GB of the empty node
     hbm_claim: list[int] = field(default_factory=list)  # time-sliced: default GB per replica
     eligible: list[bool] = field(default_factory=list)
     rack: list[str] = field(default_factory=list)
@@ -294,7 +295,19 @@ class State:
                 claim = gpu.spec.hbm_gb // replicas
                 hbm = max(0, node.gpus * gpu.spec.hbm_gb - outside * claim)
                 total = node.gpus * replicas
-                self._add_to_pool(node, index, mode, None, total, free, unit, hbm, claim, taints)
+                self._add_to_pool(
+                    node,
+                    index,
+                    mode,
+                    None,
+                    total,
+                    free,
+                    unit,
+                    hbm,
+                    claim,
+                    taints,
+                    hbm_total=node.gpus * gpu.spec.hbm_gb,
+                )
                 self.outside[gpu.name] += outside * unit
                 self.class_capacity[gpu.name] += node.gpus * self.scale if eligible else 0
             else:
@@ -318,6 +331,7 @@ class State:
         hbm: int,
         claim: int,
         taints: frozenset[str],
+        hbm_total: int = 0,
     ) -> None:
         key = (node.gpu_class, mode, profile)
         pool = self.pools.get(key)
@@ -336,6 +350,7 @@ class State:
         pool.total.append(total)
         pool.unit.append(unit)
         pool.hbm_free.append(hbm)
+        pool.hbm_total.append(hbm_total)
         pool.hbm_claim.append(claim)
         eligible = self.node_eligible[index]
         pool.eligible.append(eligible)
@@ -579,11 +594,19 @@ def tolerates(pool: Pool, local: int, tolerations: frozenset[str]) -> bool:
     return not taints or "*" in tolerations or taints <= tolerations
 
 
-def pods_fit(pool: Pool, local: int, shape: Shape, free: Sequence[int]) -> int:
-    """How many of ``shape``'s pods fit on local node ``local`` given ``free``."""
+def pods_fit(
+    pool: Pool,
+    local: int,
+    shape: Shape,
+    free: Sequence[int],
+    hbm_free: Sequence[int] | None = None,
+) -> int:
+    """How many of ``shape``'s pods fit on local node ``local`` given ``free`` devices (and, on
+    a time-sliced node, ``hbm_free`` undeclared GB: the pool's own unless given)."""
     fit = free[local] // shape.devices
     if pool.mode == TIME_SLICED and shape.hbm > 0:
-        fit = min(fit, pool.hbm_free[local] // shape.hbm)
+        memory = pool.hbm_free if hbm_free is None else hbm_free
+        fit = min(fit, memory[local] // shape.hbm)
     if shape.pod_limits:
         fit = min(fit, shape.pod_limits[local])
     return fit
@@ -594,6 +617,7 @@ def place(
     shape: Shape,
     free: Sequence[int] | None = None,
     eligible: Sequence[bool] | None = None,
+    hbm_free: Sequence[int] | None = None,
 ) -> Placement | None:
     """Where ``shape``'s pods go in ``pool``, or None if they do not fit.
 
@@ -603,9 +627,9 @@ def place(
     the choice to one domain of that scope. Ties break on node name order, so it is deterministic.
     ``free`` overrides the pool's free devices (backfill passes what the shadows ahead leave over)
     and ``eligible`` which nodes may take work (the simulation asks about nodes back from
-    maintenance).
+    maintenance); ``hbm_free`` the undeclared memory of time-sliced nodes (the empty cluster's).
     """
-    own = free is None and eligible is None
+    own = free is None and eligible is None and hbm_free is None
     view: Sequence[int] = pool.free if free is None else free
     excluded = shape.excluded
     if (
@@ -629,7 +653,7 @@ def place(
             continue
         if excluded and local in excluded:
             continue
-        fit = pods_fit(pool, local, shape, view)
+        fit = pods_fit(pool, local, shape, view, hbm_free)
         if fit > 0:
             candidates.append((local, fit))
             total += fit

@@ -11,21 +11,36 @@ Errors are sorted for the reconcile:
 * ``ClusterRejected`` — a 4xx the request itself caused (forbidden, invalid): retrying the same
   request will not help; the job ends ``failed`` with the API's message after a few tries.
 * ``AlreadyExists`` on create and ``NotFound`` on delete are success: the world is as wanted.
+
+Credentials rotate (a projected service-account token is replaced about every hour; a kubeconfig
+is renewed; a restarted API server wants a new token). A ``Cluster`` built from a
+``CredentialSource`` notices it without a restart: before a request it looks (at most once a
+second) whether the source's files changed and, if so, loads them again; a request answered 401
+loads them again and is retried once. A 401 that persists is ``ClusterUnreachable``, not a
+rejection of the request: the job that was being created waits, it does not fail.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.incluster_config import (
+    SERVICE_CERT_FILENAME,
+    SERVICE_TOKEN_FILENAME,
+    InClusterConfigLoader,
+)
 
 from queues.cluster.manifests import MANAGED_BY
 from queues.cluster.pods import JOB_ID_LABEL
@@ -33,6 +48,8 @@ from queues.cluster.pods import JOB_ID_LABEL
 logger = logging.getLogger(__name__)
 
 PORTAL_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+# How often, at most, a request first looks whether the credentials' files changed.
+CREDENTIALS_CHECK_SECONDS = 1.0
 
 
 class ClusterUnreachable(Exception):
@@ -54,6 +71,74 @@ class Listing:
     resource_version: str
 
 
+# --- Where the credentials come from ----------------------------------------------------------
+
+
+def _file_version(path: str | Path) -> tuple[int, int, int] | None:
+    """What changes when a file is replaced or rewritten (``None``: no such file). Kubernetes
+    swaps projected volumes by renaming a symlinked directory, so this follows links."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+class CredentialSource(Protocol):
+    """Where a ``Cluster`` gets its API client from, and how it tells that they changed."""
+
+    def version(self) -> object:
+        """Cheap to call: a value that changes when the credentials may have changed."""
+
+    def api_client(self) -> client.ApiClient:
+        """A new client with the credentials as they are now."""
+
+    def __str__(self) -> str:
+        """Where they come from, for log lines (never the credentials themselves)."""
+
+
+@dataclass(frozen=True)
+class KubeconfigSource:
+    """A kubeconfig file (and the token or certificate files it names)."""
+
+    path: str
+    context: str | None = None
+
+    def version(self) -> object:
+        return _file_version(self.path)
+
+    def api_client(self) -> client.ApiClient:
+        return config.new_client_from_config(config_file=self.path, context=self.context)
+
+    def __str__(self) -> str:
+        return f"the kubeconfig {self.path}"
+
+
+@dataclass(frozen=True)
+class InClusterSource:
+    """The service account the portal's pod runs as: its projected token (re-read as the kubelet
+    rotates it), the cluster's CA and the ``KUBERNETES_SERVICE_*`` address."""
+
+    token_file: str = SERVICE_TOKEN_FILENAME
+    ca_file: str = SERVICE_CERT_FILENAME
+    environ: Mapping[str, str] | None = None
+
+    def version(self) -> object:
+        return (_file_version(self.token_file), _file_version(self.ca_file))
+
+    def api_client(self) -> client.ApiClient:
+        configuration = client.Configuration()
+        InClusterConfigLoader(
+            token_filename=self.token_file,
+            cert_filename=self.ca_file,
+            environ=os.environ if self.environ is None else self.environ,
+        ).load_and_set(configuration)
+        return client.ApiClient(configuration)
+
+    def __str__(self) -> str:
+        return f"the service account token {self.token_file}"
+
+
 def _status_message(exc: ApiException) -> str:
     try:
         return json.loads(exc.body or "{}").get("message") or str(exc.reason)
@@ -62,12 +147,26 @@ def _status_message(exc: ApiException) -> str:
 
 
 class Cluster:
-    """A Kubernetes cluster reached through ``api_client`` (from a kubeconfig or in-cluster)."""
+    """A Kubernetes cluster reached through ``api_client``, or through the clients ``source``
+    makes (from a kubeconfig or in-cluster), loaded again when its credentials change."""
 
-    def __init__(self, api_client: client.ApiClient, *, timeout: tuple[float, float] = (3, 15)):
-        self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        *,
+        source: CredentialSource | None = None,
+        timeout: tuple[float, float] = (3, 15),
+    ):
+        if api_client is None and source is None:
+            raise ValueError("a Cluster needs an api_client or a credential source")
+        self.source = source
+        self._credentials_lock = threading.Lock()
+        self._source_version = source.version() if source is not None else None
+        self._checked_at = time.monotonic()
+        self.reloads = 0  # times the credentials were loaded again (tests, logs)
+        # Clients replaced by a reload: a watch may still be reading through one; closed here.
+        self._retired: list[client.ApiClient] = []
+        self._use(api_client if api_client is not None else self._source_client())
         self.timeout = timeout
         self.calls = 0  # API requests made, for the benchmark and the tests
         self._calls_lock = threading.Lock()  # the mirror's watch threads count theirs too
@@ -83,24 +182,86 @@ class Cluster:
     def from_kubeconfig(
         cls, path: str, *, context: str | None = None, timeout: tuple[float, float] = (3, 15)
     ) -> Cluster:
-        return cls(
-            config.new_client_from_config(config_file=path, context=context), timeout=timeout
-        )
+        return cls(source=KubeconfigSource(str(path), context), timeout=timeout)
 
     @classmethod
-    def in_cluster(cls) -> Cluster:
-        configuration = client.Configuration()
-        config.load_incluster_config(client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+    def in_cluster(cls, source: InClusterSource | None = None) -> Cluster:
+        return cls(source=source or InClusterSource())
 
     def close(self) -> None:
-        self.api_client.close()
+        with self._credentials_lock:
+            clients, self._retired = [self.api_client, *self._retired], []
+        for api in clients:
+            api.close()
+
+    # --- credentials -----------------------------------------------------------------------------
+
+    def _source_client(self) -> client.ApiClient:
+        assert self.source is not None
+        try:
+            return self.source.api_client()
+        except (config.ConfigException, OSError, ValueError) as exc:
+            raise ClusterUnreachable(
+                f"no usable cluster configuration in {self.source}: {exc}"
+            ) from exc
+
+    def _use(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+
+    def _reload(self, why: str, *, unless_since: int | None = None) -> None:
+        """Load the credentials again from the source (one thread at a time; a thread whose
+        request failed on credentials another thread has replaced since skips it)."""
+        with self._credentials_lock:
+            if unless_since is not None and self.reloads != unless_since:
+                return
+            version = self.source.version() if self.source is not None else None
+            fresh = self._source_client()
+            self._retired.append(self.api_client)
+            self._use(fresh)
+            self._source_version = version
+            self.reloads += 1
+        logger.warning("cluster credentials reloaded from %s: %s", self.source, why)
+
+    def _fresh_credentials(self) -> None:
+        """Before a request: reload if the source's files changed (looked at once a second)."""
+        if self.source is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_at < CREDENTIALS_CHECK_SECONDS:
+            return
+        self._checked_at = now
+        if self.source.version() != self._source_version:
+            self._reload("its files changed")
+
+    def _rebound(self, method: Any) -> Any:
+        """``method`` of the API object that the current client serves (after a reload)."""
+        api = getattr(method, "__self__", None)
+        for current in (self.core, self.batch):
+            if isinstance(api, type(current)):
+                return getattr(current, method.__name__)
+        return method
 
     # --- plumbing --------------------------------------------------------------------------------
 
     def _call(self, method: Any, *args: Any, raw: bool = False, **kwargs: Any) -> Any:
         """One API request, with errors sorted as the module docstring says. ``raw`` returns the
-        answer's JSON as a dict instead of the client's model objects."""
+        answer's JSON as a dict instead of the client's model objects. A 401 loads the
+        credentials again and tries once more."""
+        self._fresh_credentials()
+        try:
+            return self._request(self._rebound(method), args, raw, kwargs)
+        except ApiException as exc:
+            if exc.status != 401 or self.source is None:
+                raise self._sorted(exc) from exc
+            self._reload("the cluster answered 401 Unauthorized", unless_since=self.reloads)
+            try:
+                return self._request(self._rebound(method), args, raw, kwargs)
+            except ApiException as again:
+                raise self._sorted(again) from again
+
+    def _request(self, method: Any, args: Any, raw: bool, kwargs: dict[str, Any]) -> Any:
         self._count_call()
         try:
             result = method(
@@ -108,9 +269,7 @@ class Cluster:
             )
         except ApiException as exc:
             self._count_error(f"http_{exc.status}" if exc.status else "connection")
-            if exc.status is None or exc.status >= 500 or exc.status == 429:
-                raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
-            raise ClusterRejected(exc.status, _status_message(exc)) from exc
+            raise
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._count_error("connection")
             raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
@@ -120,6 +279,19 @@ class Cluster:
             finally:
                 result.release_conn()
         return result
+
+    def _sorted(self, exc: ApiException) -> ClusterUnreachable | ClusterRejected:
+        """The adapter's error for an API error (the module docstring's sorting)."""
+        if exc.status == 401:
+            # Credentials, not the request: retrying once they are renewed will work.
+            where = f"; loaded again from {self.source}" if self.source is not None else ""
+            return ClusterUnreachable(
+                f"HTTP 401: the cluster refused the portal's credentials "
+                f"({_status_message(exc)}){where}"
+            )
+        if exc.status is None or exc.status >= 500 or exc.status == 429:
+            return ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}")
+        return ClusterRejected(exc.status, _status_message(exc))
 
     def _count_call(self) -> None:
         with self._calls_lock:
@@ -297,33 +469,47 @@ class Cluster:
         ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK, "object": {...}}``.
 
         Raises ``ClusterRejected`` with status 410 when the version is too old (relist then),
-        ``ClusterUnreachable`` for anything else that breaks the stream.
+        ``ClusterUnreachable`` for anything else that breaks the stream (after a 401, with the
+        credentials loaded again for the next try).
         """
-        method = {
-            "nodes": self.core.list_node,
-            "pods": self.core.list_pod_for_all_namespaces,
-            "jobs": self.batch.list_job_for_all_namespaces,
-        }[kind]
-        self._count_call()
+        self._fresh_credentials()
         options: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
-        stream = _RawWatch().stream(
-            method,
-            resource_version=resource_version,
-            timeout_seconds=timeout_seconds,
-            allow_watch_bookmarks=True,
-            _request_timeout=(self.timeout[0], timeout_seconds + self.timeout[1]),
-            **options,
-        )
-        try:
-            yield from stream
-        except ApiException as exc:
-            if exc.status == 410:  # the resource version expired: the mirror lists again
-                raise ClusterRejected(410, str(exc.reason)) from exc
-            self._count_error(f"http_{exc.status}" if exc.status else "connection")
-            raise ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}") from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._count_error("connection")
-            raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        for attempt in (1, 2):
+            reloads, started = self.reloads, False
+            method = {
+                "nodes": self.core.list_node,
+                "pods": self.core.list_pod_for_all_namespaces,
+                "jobs": self.batch.list_job_for_all_namespaces,
+            }[kind]
+            self._count_call()
+            stream = _RawWatch().stream(
+                method,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                allow_watch_bookmarks=True,
+                _request_timeout=(self.timeout[0], timeout_seconds + self.timeout[1]),
+                **options,
+            )
+            try:
+                for event in stream:
+                    started = True
+                    yield event
+                return
+            except ApiException as exc:
+                if exc.status == 410:  # the resource version expired: the mirror lists again
+                    raise ClusterRejected(410, str(exc.reason)) from exc
+                self._count_error(f"http_{exc.status}" if exc.status else "connection")
+                if exc.status == 401 and self.source is not None:
+                    self._reload("the cluster answered 401 Unauthorized", unless_since=reloads)
+                    if attempt == 1 and not started:
+                        continue  # the watch again, once, with the credentials just loaded
+                error = self._sorted(exc)
+                if isinstance(error, ClusterRejected):  # a 4xx on a watch: it cannot go on
+                    error = ClusterUnreachable(f"HTTP {exc.status}: {_status_message(exc)}")
+                raise error from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                self._count_error("connection")
+                raise ClusterUnreachable(f"{type(exc).__name__}: {exc}") from exc
 
 
 class _RawWatch(watch.Watch):
@@ -339,5 +525,9 @@ def cluster_from_settings() -> Cluster:
     from django.conf import settings
 
     if settings.CLUSTER_MODE == "in-cluster":
-        return Cluster.in_cluster()
+        return Cluster.in_cluster(
+            InClusterSource(
+                token_file=settings.CLUSTER_TOKEN_FILE, ca_file=settings.CLUSTER_CA_FILE
+            )
+        )
     return Cluster.from_kubeconfig(settings.CLUSTER_KUBECONFIG, context=settings.CLUSTER_CONTEXT)

@@ -58,13 +58,17 @@ from queues.jobs.serializers import (
     PreviewSerializer,
 )
 from queues.jobs.services import (
+    SUBMISSION_KEY_LIFETIME,
     BatchRejected,
     JobNotCancellable,
     JobRejected,
+    SubmissionKeyReused,
     job_cancel,
     job_checkpoint,
     job_submit,
     job_submit_batch,
+    job_submit_batch_once,
+    job_submit_once,
 )
 from queues.models import FINISHED_JOB_STATES, NAME_PATTERN, Job, JobState
 
@@ -83,6 +87,49 @@ def _job_id(value: Any) -> int | None:
 
 def _error(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorDetailSerializer, description=description)
+
+
+# --- Submitting once ----------------------------------------------------------------------------
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+_KEY = re.compile(r"[\x21-\x7e]{1,255}")  # printable ASCII, no spaces
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_KEY,
+    str,
+    location=OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "Any string of 1 to 255 printable ASCII characters, new for each new submission (a "
+        "UUID, say). Sent again with the same body within "
+        f"{int(SUBMISSION_KEY_LIFETIME.total_seconds() // 3600)} hours (a retry after a "
+        "time-out), it stores nothing new: the answer is the first submission's jobs, 201 with "
+        "`Idempotent-Replayed: true`. With a different body: 422."
+    ),
+)
+KEY_REUSED = _error("The `Idempotency-Key` was used for a different submission.")
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key`` (None: none sent); a malformed one is a 400 naming it."""
+    key = request.headers.get(IDEMPOTENCY_KEY)
+    if key is None:
+        return None
+    if not _KEY.fullmatch(key):
+        raise ValidationError(
+            {IDEMPOTENCY_KEY: ["must be 1 to 255 printable ASCII characters without spaces"]}
+        )
+    return key
+
+
+def _key_reused(exc: SubmissionKeyReused) -> Response:
+    return Response({"detail": str(exc)}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+
+
+def _created(data: Any, *, repeat: bool) -> Response:
+    response = Response(data, status=status.HTTP_201_CREATED)
+    if repeat:
+        response["Idempotent-Replayed"] = "true"
+    return response
 
 
 class _Present:
@@ -185,16 +232,29 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             "with every reason; nothing is stored then."
         ),
         request=JobSubmitSerializer,
-        responses={201: JobSerializer, 400: _error("Field → list of messages.")},
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={
+            201: JobSerializer,
+            400: _error("Field → list of messages."),
+            422: KEY_REUSED,
+        },
     )
     def create(self, request: Request) -> Response:
+        key = idempotency_key(request)
         body = JobSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        job_request = body.to_request(owner=signed_in(request.user))
         try:
-            job = job_submit(request=body.to_request(owner=signed_in(request.user)))
+            if key is None:
+                job, repeat = job_submit(request=job_request), False
+            else:
+                submitted = job_submit_once(request=job_request, key=key)
+                job, repeat = submitted.jobs[0], submitted.repeat
         except JobRejected as exc:
             raise ValidationError(exc.errors) from exc
-        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+        except SubmissionKeyReused as exc:
+            return _key_reused(exc)
+        return _created(JobSerializer(job).data, repeat=repeat)
 
     @extend_schema(
         summary="Submit several jobs at once (all or none)",
@@ -205,20 +265,30 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             "(`{}` for the jobs that were fine)."
         ),
         request=JobBatchSubmitSerializer,
+        parameters=[IDEMPOTENCY_PARAMETER],
         responses={
             201: JobBatchSerializer,
             400: _error("`jobs`: one object of field → messages per job, in order."),
+            422: KEY_REUSED,
         },
     )
     @action(detail=False, methods=["post"], filter_backends=[], pagination_class=None)
     def batch(self, request: Request) -> Response:
+        key = idempotency_key(request)
         body = JobBatchSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        requests = body.to_requests(owner=signed_in(request.user))
         try:
-            jobs = job_submit_batch(requests=body.to_requests(owner=signed_in(request.user)))
+            if key is None:
+                jobs, repeat = job_submit_batch(requests=requests), False
+            else:
+                submitted = job_submit_batch_once(requests=requests, key=key)
+                jobs, repeat = submitted.jobs, submitted.repeat
         except BatchRejected as exc:
             raise ValidationError({"jobs": {str(i): e for i, e in exc.errors.items()}}) from exc
-        return Response(JobBatchSerializer({"jobs": jobs}).data, status=status.HTTP_201_CREATED)
+        except SubmissionKeyReused as exc:
+            return _key_reused(exc)
+        return _created(JobBatchSerializer({"jobs": jobs}).data, repeat=repeat)
 
     @extend_schema(
         summary="Preview a submission (a dry run: nothing is stored)",

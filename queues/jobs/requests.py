@@ -123,6 +123,17 @@ class JobRequest:
         )
 
 
+# The fields the terms' arithmetic multiplies (GPU-equivalents, pod sizes).
+SIZE_FIELDS = frozenset(
+    {
+        "pods",
+        "gpus_per_pod",
+        "cpu_millicores_per_pod",
+        "memory_mib_per_pod",
+        "declared_gpu_memory_gb",
+    }
+)
+
 # The one list of a request's fields: adapters, resubmit and the stored job follow it.
 REQUEST_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(JobRequest) if f.name != "owner"
@@ -137,7 +148,10 @@ def job_request_errors(
     is already wrong is not also judged against the terms. ``cache`` remembers what was read for
     the requests of one batch (memberships, node sizes)."""
     errors = request_value_errors(request)
-    for field_name, messages in request_term_errors(request, cache=cache).items():
+    # Sizes out of every bound are not measured against the terms (their arithmetic, with
+    # 10**25 pods, overflows what any message can show); the names' rules still apply.
+    judge = request_access_errors if errors.keys() & SIZE_FIELDS else request_term_errors
+    for field_name, messages in judge(request, cache=cache).items():
         if field_name not in errors:
             errors[field_name] = messages
     return errors
@@ -399,9 +413,18 @@ def never_fits_problems(
     if ("class nodes", key) not in cache:
         cache["class nodes", key] = _class_nodes([g.pk for g in classes])
     nodes = cache["class nodes", key]
+    if "any node" not in cache:
+        cache["any node"] = Node.objects.exists()
+    if cache["any node"] and not any(nodes.get(g.pk) for g in classes):
+        # The cluster has been seen, and it has none of the GPUs this request can use: no
+        # quota would help, the capability class (or the queue) is what to change.
+        return {"capability_class": [_no_node_text(request, classes)]}
     problems = []
     for gpu_class in classes:
         held = nodes.get(gpu_class.pk, [])
+        if cache["any node"] and not held:
+            problems.append(f"{gpu_class.name}: no {gpu_class.name} node exists")
+            continue
         replicas = max((r for _, _, r in held), default=1)
         need = (
             request.pods
@@ -427,6 +450,21 @@ def never_fits_problems(
             f"{queue.name}: " + "; ".join(problems)
         ]
     }
+
+
+def _no_node_text(request: JobRequest, classes: list[GpuClass]) -> str:
+    queue, capability_class = request.queue, request.capability_class
+    names = " or ".join(g.name for g in classes)
+    allowed = list(queue.allowed_gpu_classes.filter(active=True).values_list("name", flat=True))
+    where = (
+        f"queue {queue.name} allows {', '.join(allowed)}"
+        if allowed
+        else f"queue {queue.name} allows every class"
+    )
+    return (
+        f"capability class {capability_class.name} needs {names} here ({where}); no {names} node "
+        "exists in the cluster: choose a capability class that matches a GPU the cluster has"
+    )
 
 
 def _classes_of(request: JobRequest, cache: dict[Any, Any]) -> list[GpuClass]:

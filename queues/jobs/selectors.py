@@ -10,10 +10,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
-from kubernetes.config.config_exception import ConfigException
 
 from portal.roles import is_admin
-from queues.cluster.adapter import Cluster, ClusterUnreachable, cluster_from_settings
+from queues.cluster.adapter import Cluster, cluster_from_settings
 from queues.models import (
     Job,
     JobState,
@@ -70,10 +69,7 @@ def job_pod_logs(job: Job, *, tail_lines: int = 50, cluster: Cluster | None = No
     if not job.k8s_job_name:
         return []
     if cluster is None:
-        try:
-            connected = cluster_from_settings()
-        except ConfigException as exc:
-            raise ClusterUnreachable(f"no usable cluster configuration: {exc}") from exc
+        connected = cluster_from_settings()
         try:
             return job_pod_logs(job, tail_lines=tail_lines, cluster=connected)
         finally:

@@ -269,6 +269,13 @@ class JobSerializer(serializers.ModelSerializer):
             "last_checkpoint_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "attempts": {
+                "help_text": "Times the job went back to the queue after it was admitted "
+                "(preempted, drained, its pods lost): 0 for a job on its first run. The job "
+                "page shows the same number as 'Requeued'."
+            }
+        }
 
 
 class JobBatchSerializer(serializers.Serializer):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -10,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from queues.jobs.requests import (
+    REQUEST_FIELDS,
     JobRequest,
     job_request_errors,
     pending_cap_errors,
@@ -23,6 +27,7 @@ from queues.models import (
     JobEvent,
     JobState,
     Queue,
+    SubmissionKey,
 )
 from queues.reconcile.tasks import request_reconcile
 
@@ -89,6 +94,99 @@ def job_submit(*, request: JobRequest) -> Job:
         if over := _lock_and_check_caps([request]):
             raise JobRejected(over[0])
         return _jobs_store([request])[0]
+
+
+# --- Submitting once: a repeat with the same key gets the first submission's jobs -------------
+
+# How long a key is remembered: a script retries within minutes, a person goes Back within hours.
+SUBMISSION_KEY_LIFETIME = timedelta(hours=24)
+
+
+class SubmissionKeyReused(Exception):
+    """The key came with a different request than the one it first stored."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"the key {key!r} was used for a different submission in the last "
+            f"{int(SUBMISSION_KEY_LIFETIME.total_seconds() // 3600)} hours: send a new key "
+            "for a new submission"
+        )
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a keyed submission stored, or (``repeat``) what the key's first one stored."""
+
+    jobs: list[Job]
+    repeat: bool
+
+
+def submission_fingerprint(requests: list[JobRequest]) -> str:
+    """The same for the same request fields (names of teams, queues and classes; sizes; what
+    runs), whoever's objects they are: what a key's repeat must match."""
+    fields = [{name: getattr(r, name) for name in REQUEST_FIELDS} for r in requests]
+    text = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def job_submit_once(*, request: JobRequest, key: str) -> Submitted:
+    """``job_submit``, or the job this owner's earlier submission with ``key`` stored (within
+    ``SUBMISSION_KEY_LIFETIME``). Raises ``SubmissionKeyReused`` if that one differed."""
+    return _submit_once([request], key=key, rejected=lambda errors: JobRejected(errors[0]))
+
+
+def job_submit_batch_once(*, requests: list[JobRequest], key: str) -> Submitted:
+    """``job_submit_batch`` with a key, as ``job_submit_once``."""
+    return _submit_once(requests, key=key, rejected=BatchRejected)
+
+
+def _submit_once(requests: list[JobRequest], *, key: str, rejected: Any) -> Submitted:
+    owner = requests[0].owner
+    fingerprint = submission_fingerprint(requests)
+    if (first := _first_submission(owner, key, fingerprint)) is not None:
+        return first  # the usual repeat: nothing to check again
+    cache: dict[tuple, Any] = {}
+    requests_prefetch(requests, cache)
+    errors = {
+        index: refused
+        for index, request in enumerate(requests)
+        if (refused := job_request_errors(request, cache=cache))
+    }
+    if errors:
+        raise rejected(errors)
+    with transaction.atomic():
+        if over := _lock_and_check_caps(requests):
+            raise rejected(over)
+        # The owner's row is locked now: a repeat sent at the same moment waits here, then finds
+        # what this one stored.
+        if (first := _first_submission(owner, key, fingerprint)) is not None:
+            return first
+        now = timezone.now()
+        SubmissionKey.objects.filter(
+            owner=owner, created_at__lt=now - SUBMISSION_KEY_LIFETIME
+        ).delete()
+        jobs = _jobs_store(requests)
+        SubmissionKey.objects.create(
+            owner=owner,
+            key=key,
+            fingerprint=fingerprint,
+            jobs=[job.pk for job in jobs],
+            created_at=now,
+        )
+    return Submitted(jobs, repeat=False)
+
+
+def _first_submission(owner: User, key: str, fingerprint: str) -> Submitted | None:
+    since = timezone.now() - SUBMISSION_KEY_LIFETIME
+    first = SubmissionKey.objects.filter(owner=owner, key=key, created_at__gte=since).first()
+    if first is None:
+        return None
+    if first.fingerprint != fingerprint:
+        raise SubmissionKeyReused(key)
+    by_id = Job.objects.select_related("owner", "team", "queue", "capability_class").in_bulk(
+        first.jobs
+    )
+    return Submitted([by_id[pk] for pk in first.jobs if pk in by_id], repeat=True)
 
 
 class BatchRejected(Exception):

@@ -5,6 +5,9 @@ Thin: forms adapt, services decide, selectors read.
 
 from __future__ import annotations
 
+import re
+import uuid
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -30,7 +33,14 @@ from queues.jobs.selectors import (
     jobs_visible_to,
     may_cancel,
 )
-from queues.jobs.services import JobNotCancellable, JobRejected, job_cancel, job_submit
+from queues.jobs.services import (
+    JobNotCancellable,
+    JobRejected,
+    job_cancel,
+    job_submit,
+    job_submit_once,
+    submission_fingerprint,
+)
 from queues.models import ACTIVE_JOB_STATES, EventKind, Job, JobState
 
 PAGE_SIZE = 25
@@ -97,24 +107,60 @@ def job_new(request: PortalRequest) -> HttpResponse:
             # Each preview simulates the whole cluster: pages share the API's preview rate. The
             # form comes back as it was, its preview box saying how long to wait.
             template = "jobs/_form.html" if request.htmx else "jobs/new.html"
-            return render(request, template, {"form": form, "wait": wait})
+            return render(
+                request,
+                template,
+                {"form": form, "wait": wait, "submission_key": _form_key(request)},
+            )
         if "preview" in request.POST:
             preview = job_preview(request=job_request)
             form.add_rule_errors(preview.errors)
         else:
             try:
-                job = job_submit(request=job_request)
+                job, repeat = _submit_from_form(job_request, request.POST.get(FORM_KEY, ""))
             except JobRejected as rejected:
                 form.add_rule_errors(rejected.errors)
             else:
-                messages.success(request, f"Job {job.pk} submitted to queue {job.queue.name}.")
+                if repeat:
+                    messages.info(
+                        request,
+                        f"This form was submitted already: it made job {job.pk}, shown here. "
+                        "Nothing new was submitted.",
+                    )
+                else:
+                    messages.success(request, f"Job {job.pk} submitted to queue {job.queue.name}.")
                 return redirect("jobs:detail", job_id=job.pk)
     if request.method == "POST" and "preview" in request.POST and preview is None:
         # the form did not read: the preview box says so and the fields say what, as on submit
         preview = Preview(errors={name: [str(m) for m in e] for name, e in form.errors.items()})
     # htmx swaps the form and its preview box, never a whole page into the box
     template = "jobs/_form.html" if request.htmx else "jobs/new.html"
-    return render(request, template, {"form": form, "preview": preview})
+    return render(
+        request,
+        template,
+        {"form": form, "preview": preview, "submission_key": _form_key(request)},
+    )
+
+
+# Each form the page hands out carries a key of its own: submitted again (Back, then Submit), it
+# gets the job it made the first time, not a second one. Changed before submitting again, it is
+# a new submission (the key is the form's and its fields').
+FORM_KEY = "submission_key"
+_FORM_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def _form_key(request: PortalRequest) -> str:
+    """The key of the form being shown: the one it was posted with, or a new one."""
+    key = request.POST.get(FORM_KEY, "")
+    return key if _FORM_KEY.fullmatch(key) else uuid.uuid4().hex
+
+
+def _submit_from_form(job_request: JobRequest, form_key: str) -> tuple[Job, bool]:
+    if not _FORM_KEY.fullmatch(form_key):  # a form from before keys, or hand-made: no key
+        return job_submit(request=job_request), False
+    fields = submission_fingerprint([job_request])[:16]
+    submitted = job_submit_once(request=job_request, key=f"form-{form_key}-{fields}")
+    return submitted.jobs[0], submitted.repeat
 
 
 def _visible_job(request: PortalRequest, job_id: int) -> Job:

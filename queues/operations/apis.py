@@ -43,10 +43,21 @@ class QuotaSerializer(serializers.Serializer):
     )
 
 
-class PolicyRefusalSerializer(serializers.Serializer):
-    detail = serializers.ListField(
-        child=serializers.CharField(), help_text="Every reason, with the numbers."
+# A 400's body, as every 400 of the API: each field refused maps to its messages; a refusal of
+# the quota as a whole (the policy's checks: over the class's capacity…) comes under
+# ``non_field_errors``; a body that is not JSON at all gets ``detail``.
+NON_FIELD = "non_field_errors"
+
+
+class QuotaRefusalSerializer(serializers.Serializer):
+    nominal = serializers.ListField(child=serializers.CharField(), required=False)
+    borrowing_limit = serializers.ListField(child=serializers.CharField(), required=False)
+    non_field_errors = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Why the policy refuses the quota as a whole, with the numbers.",
     )
+    detail = serializers.CharField(required=False, help_text="A body that could not be read.")
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -86,7 +97,9 @@ class QuotaView(APIView):
         responses={
             200: QuotaSerializer,
             400: OpenApiResponse(
-                PolicyRefusalSerializer, description="Refused (e.g. over the class's capacity)."
+                QuotaRefusalSerializer,
+                description="Refused: a field's value, or the quota as a whole (e.g. over the "
+                "class's capacity).",
             ),
             403: ErrorDetailSerializer,
             404: ErrorDetailSerializer,
@@ -111,7 +124,7 @@ class QuotaView(APIView):
                 )
         except PolicyError as refused:
             return Response(
-                {"detail": [str(p) for p in refused.problems]},
+                {NON_FIELD: [str(p) for p in refused.problems]},
                 status=status.HTTP_400_BAD_REQUEST,
             )
         row = next(r for r in _rows() if r["team"] == team and r["gpu_class"] == gpu_class)

@@ -500,7 +500,8 @@ def policy_object(request: HttpRequest, section: str, name: str | None = None) -
         raise Http404
     if name is not None and (section == "rate_cards" or name not in policy_current()[section]):
         raise Http404
-    text = request.POST.get("text", "")[:100_000] if request.method == "POST" else ""
+    # Never cut: a text over the policy's size limit is refused whole (load_policy_text).
+    text = request.POST.get("text", "") if request.method == "POST" else ""
     text = text or policy_object_text(section=section, name=name)
     problems: list[str] = []
     report = None

@@ -163,6 +163,9 @@ def sorted_precisions(values: Iterable[str]) -> list[str]:
 MAX_POLICY_BYTES = 1_000_000
 MAX_POLICY_DEPTH = 12
 MAX_POLICY_TEXT = 10_000  # characters in one string
+# Bits of the largest integer read (about 4,200 decimal digits): Python prints no larger one in
+# decimal, and hexadecimal or octal would otherwise slip past YAML's own digit limit.
+MAX_POLICY_INT_BITS = 14_000
 
 
 class _PolicyLoader(yaml.SafeLoader):
@@ -196,6 +199,26 @@ class _PolicyLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        """A scalar YAML reads but Python cannot hold (a 5,000-digit integer, 2026-02-30) is a
+        problem at its line and column, not a traceback."""
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, _unreadable(node, exc), node.start_mark
+            ) from exc
+
+
+def _unreadable(node: Any, exc: Exception) -> str:
+    shown = _shown(node.value) if isinstance(node.value, str) else "this value"
+    kind = str(node.tag).rsplit(":", 1)[-1]
+    if kind == "int":
+        return f"{shown} is not a number the policy can hold"
+    if kind == "timestamp":
+        return f"{shown} is not a real date ({exc})"
+    return f"{shown} cannot be read ({exc})"
+
 
 def load_policy_text(text: str) -> Any:
     """YAML → plain data; a syntax error names its line and column. Refuses a file over
@@ -212,9 +235,9 @@ def load_policy_text(text: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise PolicyError(
-            [Problem("yaml", None, f"syntax error at {where}: {exc.problem}")]
-        ) from exc
+        # A value YAML reads but Python cannot hold is no syntax error: say only where it is.
+        kind = "at" if isinstance(exc, yaml.constructor.ConstructorError) else "syntax error at"
+        raise PolicyError([Problem("yaml", None, f"{kind} {where}: {exc.problem}")]) from exc
     except yaml.YAMLError as exc:
         raise PolicyError([Problem("yaml", None, f"syntax error: {exc}")]) from exc
     except RecursionError as exc:  # the depth cap should come first; never a traceback
@@ -233,6 +256,9 @@ def _value_problems(value: Any, where: str) -> Iterable[Problem]:
             if isinstance(key, str) and len(key) > MAX_POLICY_TEXT:
                 yield Problem(where, None, f"a key of {len(key):,} characters")
                 continue
+            if isinstance(key, str) and "\x00" in key:
+                yield Problem(where, None, f"the key {_shown(key)} contains a NUL character")
+                continue
             yield from _value_problems(item, f"{where}.{key}" if where != "yaml" else str(key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
@@ -243,6 +269,10 @@ def _value_problems(value: Any, where: str) -> Iterable[Problem]:
         yield Problem(
             where, None, f"{len(value):,} characters; at most {MAX_POLICY_TEXT:,} in one value"
         )
+    elif isinstance(value, str) and "\x00" in value:
+        yield Problem(where, None, f"{_shown(value)} contains a NUL character")
+    elif isinstance(value, int) and value.bit_length() > MAX_POLICY_INT_BITS:
+        yield Problem(where, None, "a number larger than any the policy holds")
     elif isinstance(value, float) and not math.isfinite(value):
         yield Problem(where, None, f"{value} is not a finite number")
 

@@ -34,7 +34,8 @@ def test_every_model_has_a_working_list_and_add_page(superuser_client, model):
     adding = superuser_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add"))
 
     assert listing.status_code == 200
-    assert adding.status_code in (200, 403)  # 403: rate cards' weights are add-only inline
+    # 403: rate cards' weights are add-only inline; tokens are issued on /tokens/ only
+    assert adding.status_code in (200, 403)
 
 
 def test_a_stored_rate_card_is_read_only_in_the_admin(superuser_client):
@@ -124,3 +125,30 @@ def test_a_token_name_with_hidden_characters_is_refused(client, mia, name):
         "name": ["must not contain control or invisible formatting characters"]
     }
     assert not ApiToken.objects.filter(user=mia).exists()
+
+
+def test_the_django_admin_cannot_add_a_token_only_revoke_one(superuser_client, mia):
+    # A token added there had an empty hash: unusable, listed on the user's page, and a
+    # second add was a 500 (the hash is unique).
+    token, _ = ApiToken.issue(user=mia, name="laptop")
+    client = superuser_client
+
+    assert client.get("/admin/portal/apitoken/add/").status_code == 403
+    added = client.post("/admin/portal/apitoken/add/", {"user": mia.pk, "name": "x"})
+    assert added.status_code == 403
+    assert list(ApiToken.objects.values_list("name", flat=True)) == ["laptop"]
+
+    page = client.get(f"/admin/portal/apitoken/{token.pk}/change/")
+    assert page.status_code == 200
+    now = timezone.now()
+    changed = client.post(
+        f"/admin/portal/apitoken/{token.pk}/change/",
+        {
+            "revoked_at_0": now.strftime("%Y-%m-%d"),
+            "revoked_at_1": now.strftime("%H:%M:%S"),
+        },
+    )
+    assert changed.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert token.name == "laptop" and token.user == mia

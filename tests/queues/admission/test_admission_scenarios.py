@@ -624,3 +624,41 @@ def test_gpus_held_by_terminating_pods_are_not_free_and_are_no_victims() -> None
     assert status is not None
     assert status.binding.code is ReasonCode.INSUFFICIENT_CAPACITY
     assert status.estimated_start.at == NOW + timedelta(minutes=10)
+
+
+def test_memory_running_notebooks_declared_is_a_wait_with_the_numbers_not_never() -> None:
+    """A T4 shared by 4 replicas with a 12 GB notebook running: an 8 GB notebook waits for it
+    (InsufficientCapacity, GB declared and GB free, an estimate at the notebook's limit); it
+    was told NeverFits "do not fit its 1 node even when they are empty"."""
+    notebooks = queue("notebooks", sharing="time-sliced")
+    result = plan(
+        snapshot(
+            queues=[notebooks],
+            nodes=[node("t1", "t4-16gb", gpus=1, time_slice_replicas=4)],
+            teams=[team("vision", {"t4-16gb": 1})],
+            running=[
+                running(
+                    1,
+                    "vision",
+                    "t1",
+                    Fraction(1, 4),
+                    queue="notebooks",
+                    gpu_class="t4-16gb",
+                    memory_gb=12,
+                    started=timedelta(hours=1),
+                    runtime=timedelta(hours=3),
+                )
+            ],
+            pending=[pending(2, "vision", "notebooks", memory_gb=8)],
+        )
+    )
+
+    status = result.status(2)
+    assert status is not None
+    assert status.binding.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert status.binding.message == (
+        "needs 8 GB of declared GPU memory per pod on a time-sliced t4-16gb node; "
+        "at most 4 GB is undeclared on any node with free replicas"
+    )
+    assert status.estimated_start is not None
+    assert status.estimated_start.at == NOW + timedelta(hours=2)

@@ -315,6 +315,19 @@ def test_each_start_of_a_requeued_job_is_shown_and_elapsed_time_against_its_limi
     assert '<p data-testid="progress">1h of 4h (25 %)</p>' in html
 
 
+@pytest.mark.parametrize(("requeues", "shown"), [(0, "never"), (1, "1 time"), (2, "2 times")])
+def test_the_page_and_the_api_give_one_requeue_count(mia, api_as, requeues, shown):
+    # The page said "Attempts 1" where the API said 0, and 2 where it said 1.
+    job = submit(mia)
+    Job.objects.filter(pk=job.pk).update(attempts=requeues)
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+    api = api_as(mia).get(f"/api/jobs/{job.pk}/").json()
+
+    assert f'<dt>Requeued</dt><dd data-testid="requeued">{shown}</dd>' in html
+    assert api["attempts"] == requeues
+
+
 def test_other_teams_jobs_are_not_found(mia, example_policy):
     from django.contrib.auth import get_user_model
 

@@ -44,6 +44,13 @@ BAD_REQUESTS = [
         {"memory_mib_per_pod": INT_MAX + 1},
         {"memory_mib_per_pod": ["must be at most 2,147,483,647"]},
     ),
+    # 10**24 was refused; from 10**25 on, Decimal arithmetic ran before the check (a 500).
+    ("pods past any number", {"pods": 10**25}, {"pods": ["must be at most 2,147,483,647"]}),
+    (
+        "GPUs per pod past any number",
+        {"gpus_per_pod": 10**30},
+        {"gpus_per_pod": ["must be at most 2,147,483,647"]},
+    ),
     (
         "no GPU memory declared",
         {"declared_gpu_memory_gb": 0},
@@ -270,3 +277,58 @@ def test_an_image_reference_follows_the_oci_grammar(image):
 )
 def test_an_image_reference_outside_the_grammar_is_refused(image):
     assert not IMAGE_REFERENCE.fullmatch(image)
+
+
+@pytest.mark.parametrize("field", ["pods", "gpus_per_pod"])
+@pytest.mark.parametrize("size", [10**24, 10**25, 10**40])
+def test_sizes_past_any_number_are_400_on_submit_preview_and_batch(mia, api_as, field, size):
+    api = api_as(mia)
+    body = {**GOOD, field: size}
+    expected = {field: ["must be at most 2,147,483,647"]}
+
+    submitted = api.post("/api/jobs/", body, format="json")
+    previewed = api.post("/api/jobs/preview/", body, format="json")
+    batch = api.post("/api/jobs/batch/", {"jobs": [GOOD, body]}, format="json")
+    client = Client()
+    client.force_login(mia)
+    page = client.post("/jobs/new", {**as_form(body), "preview": "1"})
+
+    assert (submitted.status_code, submitted.json()) == (400, expected)
+    assert (previewed.status_code, previewed.json()) == (400, expected)
+    assert (batch.status_code, batch.json()) == (400, {"jobs": {"1": expected}})
+    assert page.status_code == 200
+    assert page.context["form"].errors == expected
+    assert Job.objects.count() == 0
+
+
+def test_a_capability_class_no_node_offers_is_refused_under_capability_class(
+    sara, api_as, example_policy
+):
+    # It was refused under gpus_per_pod, citing a quota of 0 ("may hold at most 0").
+    from queues.models import GpuClass, Node
+
+    t4 = GpuClass.objects.get(name="t4")
+    Node.objects.create(name="t4-01", gpu_class=t4, product=t4.product, gpu_count=4)
+    request = {
+        **GOOD,
+        "team": "search",
+        "queue": "inference",
+        "capability_class": "inference-16gb",
+        "runtime_limit": "1h",
+    }
+
+    api = api_as(sara).post("/api/jobs/", request, format="json")
+    client = Client()
+    client.force_login(sara)
+    page = client.post("/jobs/new", as_form(request))
+
+    expected = {
+        "capability_class": [
+            "capability class inference-16gb needs l4 here (queue inference allows l4); no l4 "
+            "node exists in the cluster: choose a capability class that matches a GPU the "
+            "cluster has"
+        ]
+    }
+    assert (api.status_code, api.json()) == (400, expected)
+    assert page.context["form"].errors == expected
+    assert Job.objects.count() == 0

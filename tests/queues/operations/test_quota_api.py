@@ -49,7 +49,7 @@ def test_a_quota_over_the_class_capacity_is_refused_with_the_numbers(api_as, ada
 
     assert response.status_code == 400
     assert response.json() == {
-        "detail": [
+        "non_field_errors": [
             "gpu_classes[h100-80gb]: quotas (33) plus reservations (8 at 2027-01-11T08:00:00Z) "
             "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)"
         ]
@@ -66,3 +66,30 @@ def test_a_bad_body_names_the_field_and_an_unknown_quota_is_404(api_as, ada, exa
         "/api/quotas/nope/t4/", {"nominal": "1", "borrowing_limit": "0"}, format="json"
     )
     assert missing.status_code == 404
+
+
+def test_every_refusal_matches_the_schemas_400(api_as, ada, h100_nodes):
+    # The schema said `detail` was a list, while field errors came without it and an unreadable
+    # body had `detail` as a string.
+    import jsonschema
+    from drf_spectacular.generators import SchemaGenerator
+
+    document = SchemaGenerator().get_schema(request=None, public=True)
+    operation = document["paths"]["/api/quotas/{team}/{gpu_class}/"]["put"]
+    declared = operation["responses"]["400"]["content"]["application/json"]["schema"]
+    validator = jsonschema.Draft202012Validator({**declared, "components": document["components"]})
+    api = api_as(ada)
+    url = "/api/quotas/vision/h100-80gb/"
+
+    refusals = [
+        api.put(url, {"nominal": "21", "borrowing_limit": "8"}, format="json"),  # over capacity
+        api.put(url, {"nominal": "-1"}, format="json"),  # fields
+        api.put(url, "{not json", content_type="application/json"),  # unreadable
+    ]
+
+    assert [r.status_code for r in refusals] == [400, 400, 400]
+    for refusal in refusals:
+        validator.validate(refusal.json())
+    assert list(refusals[0].json()) == ["non_field_errors"]
+    assert sorted(refusals[1].json()) == ["borrowing_limit", "nominal"]
+    assert list(refusals[2].json()) == ["detail"]

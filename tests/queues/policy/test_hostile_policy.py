@@ -3,8 +3,12 @@ written (aliases, size, depth, non-finite and huge numbers, oversized text)."""
 
 from __future__ import annotations
 
+from io import StringIO
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.test import Client
 
 from queues.models import GpuClass, Team
 from queues.policy.parse import MAX_POLICY_BYTES, MAX_POLICY_DEPTH, MAX_POLICY_TEXT
@@ -22,12 +26,23 @@ def example_with(old: str, new: str) -> str:
     return text.replace(old, new, 1)
 
 
+@pytest.fixture
+def admin_client_for():
+    def make():
+        admin = get_user_model().objects.create_user("root-admin", is_staff=True)
+        client = Client()
+        client.force_login(admin)
+        return client
+
+    return make
+
+
 @pytest.fixture(autouse=True)
 def nothing_written():
     yield
     assert GpuClass.objects.count() == 0
     assert Team.objects.count() == 0
-    assert get_user_model().objects.count() == 0
+    assert get_user_model().objects.exclude(username="root-admin").count() == 0
 
 
 def test_an_alias_bomb_is_refused_before_it_expands():
@@ -139,3 +154,91 @@ def test_a_description_over_the_text_limit_is_refused_naming_where():
 )
 def test_numbers_too_large_to_store_are_refused_naming_where(old, new, problem):
     assert rejected(example_with(old, new)) == [problem]
+
+
+# Values YAML reads but Python cannot hold, and NUL characters (which PostgreSQL refuses): each a
+# problem at its place, on the page, in the file and in `apply_policy --dry-run`.
+UNREADABLE = [
+    (
+        "tier: 4",
+        "tier: " + "9" * 5000,
+        "yaml: at line 17, column 11: '999999999999999999999999999999999999999… "
+        "(5,002 characters) is not a number the policy can hold",
+    ),
+    (
+        "tier: 4",
+        "tier: 0x" + "f" * 5000,
+        "gpu_classes[h100-80gb].tier: a number larger than any the policy holds",
+    ),
+    (
+        "hbm_gb: 80",
+        "hbm_gb: 2026-02-30",
+        "yaml: at line 13, column 13: '2026-02-30' is not a real date (day is out of range for month)",
+    ),
+    (
+        "hbm_gb: 80",
+        "hbm_gb: 2026-13-45",
+        "yaml: at line 13, column 13: '2026-13-45' is not a real date (month must be in 1..12)",
+    ),
+    (
+        "Any GPU at all.",
+        '"Any GPU\\0 at all."',
+        "capability_classes[any-gpu].description: 'Any GPU\\x00 at all.' contains a NUL character",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), UNREADABLE)
+def test_values_python_cannot_hold_are_refused_naming_where(old, new, problem):
+    assert rejected(example_with(old, new)) == [problem]
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), UNREADABLE)
+def test_the_command_prints_the_problem_not_a_traceback(tmp_path, old, new, problem):
+    path = tmp_path / "policy.yaml"
+    path.write_text(example_with(old, new))
+
+    with pytest.raises(CommandError) as raised:
+        call_command("apply_policy", str(path), "--dry-run", stdout=StringIO())
+
+    assert str(raised.value) == (
+        f"{path} was rejected, nothing was written (1 problem(s)):\n  {problem}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "capability_classes:\n  - name: huge\n    min_hbm_gb: " + "9" * 5000 + "\n",
+            "yaml: at line 3, column 17: '999999999999999999999999999999999999999… "
+            "(5,002 characters) is not a number the policy can hold",
+        ),
+        (
+            "capability_classes:\n  - name: dated\n    min_hbm_gb: 2026-02-30\n",
+            "yaml: at line 3, column 17: '2026-02-30' is not a real date (day is out of range for month)",
+        ),
+        (
+            'capability_classes:\n  - name: nul\n    description: "a\\0b"\n',
+            "capability_classes[nul].description: 'a\\x00b' contains a NUL character",
+        ),
+    ],
+)
+def test_the_policy_page_shows_the_problem(admin_client_for, text, problem):
+    page = admin_client_for().post("/manage/policy/capability_classes/new", {"text": text})
+
+    assert page.status_code == 422
+    assert page.context["problems"] == [problem]
+
+
+def test_a_long_text_on_the_policy_page_is_refused_whole_never_cut(admin_client_for):
+    # Before, the page cut what it was given at 100,000 characters and read the rest as if it
+    # were all: here the cut would have fallen inside the description, 10,000 characters long at
+    # most, and been refused for something the person did not write.
+    text = "capability_classes:\n  - name: long\n    description: " + "x" * (MAX_POLICY_BYTES + 1)
+    page = admin_client_for().post("/manage/policy/capability_classes/new", {"text": text})
+
+    assert page.status_code == 422
+    assert page.context["problems"] == [
+        f"yaml: the file is {len(text):,} bytes; at most {MAX_POLICY_BYTES:,}"
+    ]

@@ -12,7 +12,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("queues", "0020_job_admitted_index"),
+        ("queues", "0021_submission_keys"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
