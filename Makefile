@@ -6,16 +6,31 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test lint format bench venv clean chromium
+.PHONY: demo test lint format bench venv clean chromium ldap-build-deps slapd
 
 venv: $(STAMP)
 
-# Installs exactly the versions in constraints.txt (the lock), then the project in editable mode.
-$(STAMP): pyproject.toml constraints.txt
+# Installs exactly the versions in constraints.txt (the lock), then the project in editable mode
+# with LDAP login (the ldap extra) and the development tools.
+$(STAMP): pyproject.toml constraints.txt | ldap-build-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[ldap,dev]'
 	touch $(STAMP)
+
+# python-ldap (under django-auth-ldap) has no wheel: pip compiles it against OpenLDAP's and
+# Cyrus SASL's headers (and Python's own). Install Debian's packages when missing (as root),
+# before pip needs them.
+LDAP_BUILD_DEPS := gcc libldap2-dev libsasl2-dev
+ldap-build-deps:
+	@missing=$$(for p in $(LDAP_BUILD_DEPS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+		| grep -q 'install ok installed' || echo $$p; done); \
+	$(PYTHON) -c "import os, sys, sysconfig; \
+		sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+		|| missing="$$missing python3-dev"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing $$missing to build python-ldap"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 
 # The whole product on the embedded default: SQLite, a server-less broker under var/, the
 # simulated cluster at real speed (demo jobs last minutes, so waits, estimates and costs are
@@ -31,7 +46,7 @@ demo: $(STAMP)
 	$(PY) manage.py seed_demo --jobs
 	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium slapd
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium package; install it when missing (as root).
@@ -39,6 +54,13 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# The LDAP login tests start Debian's slapd of their own (and load it with ldapadd); install
+# both when missing (as root). Neither starts a service by itself.
+slapd:
+	@test -x /usr/sbin/slapd && command -v ldapadd >/dev/null 2>&1 || { \
+		echo "installing slapd and ldap-utils for the LDAP login tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slapd ldap-utils >/dev/null; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

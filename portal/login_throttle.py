@@ -100,9 +100,21 @@ def lockout_message(until: datetime, *, now: datetime | None = None) -> str:
     )
 
 
+def password_login_allowed(user: Any) -> bool:
+    """Whether ``user`` may log in with a password the portal keeps (``PASSWORD_LOGIN``):
+    everyone (``all``), only superusers — the break-glass administrators — (``superusers``),
+    or nobody (``off``). LDAP passwords are the directory's and not concerned."""
+    mode = settings.PASSWORD_LOGIN
+    return mode == "all" or (mode == "superusers" and bool(user.is_superuser))
+
+
 class LoginThrottleBackend(ModelBackend):
     """Django's username-and-password backend, refusing a locked username before it checks the
-    password."""
+    password, and a user whom ``PASSWORD_LOGIN`` keeps from using one (the next backend, LDAP,
+    may still log them in)."""
+
+    def user_can_authenticate(self, user: Any) -> bool:
+        return super().user_can_authenticate(user) and password_login_allowed(user)
 
     def authenticate(
         self,
@@ -136,11 +148,17 @@ class ThrottledAuthenticationForm(AuthenticationForm):
     """The login form, saying so when a username is locked out instead of "did not match"."""
 
     locked_until: datetime | None = None
+    # LDAP found the person, but the portal's username rule refused (portal.sso.identities).
+    refused: bool = False
 
     def clean(self) -> dict[str, Any]:
         try:
             return super().clean()
         except forms.ValidationError:
+            refusal = getattr(self.request, "login_refusal", None)
+            if refusal is not None:
+                self.refused = True
+                raise forms.ValidationError(refusal.reason, code="refused") from None
             username = self.cleaned_data.get("username")
             self.locked_until = login_locked_until(str(username)) if username else None
             if self.locked_until is None:

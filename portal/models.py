@@ -1,4 +1,5 @@
-"""Personal API tokens for scripts. Only a hash of the key is stored."""
+"""Personal API tokens for scripts (only a hash of the key is stored), and the identities
+identity providers vouch for."""
 
 from __future__ import annotations
 
@@ -44,3 +45,35 @@ class ApiToken(models.Model):
                 user=user, name=name, key_hash=hash_token_key(key), key_prefix=key[:10]
             )
         return token, key
+
+
+class ExternalIdentity(models.Model):
+    """A person as an identity provider knows them (``issuer`` and ``subject``: an OpenID
+    Connect issuer and ``sub``, or an LDAP server's URI and the entry's DN), and the portal user
+    they log in as. The link is made at their first login and decides every later one, so a
+    changed username claim renames nobody and never reaches another person's account
+    (``portal.sso.identities``)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    # The person's groups as the provider told them at the last login (what the policy mapped).
+    groups = models.JSONField(default=list, blank=True)
+    first_login_at = models.DateTimeField()
+    last_login_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["issuer", "subject"], name="external_identity_one_user_per_subject"
+            ),
+            models.UniqueConstraint(
+                fields=["user", "issuer"], name="external_identity_one_subject_per_user"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.subject} at {self.issuer}"

@@ -3,14 +3,20 @@
 - member: belongs to one or more teams (``Team.members``);
 - finance: in the ``finance`` group;
 - admin: ``is_staff``.
+
+Finance and admin are given by hand (the Django admin, ``seed_demo``) or by an identity
+provider's groups at login (``queues/policy/groups.py``, through ``role_set``).
 """
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import AnonymousUser, Group, User
 from django.http import HttpRequest
 
 FINANCE_GROUP = "finance"
+# The roles that are given rather than earned by team membership (queues.models.PortalRole).
+FINANCE = "finance"
+ADMIN = "admin"
 
 # Who asks: a signed-in user, or nobody yet.
 Viewer = User | AnonymousUser
@@ -26,6 +32,31 @@ def is_finance(user: Viewer) -> bool:
     if is_admin(user):
         return True
     return user.groups.filter(name=FINANCE_GROUP).exists()
+
+
+def role_held(user: User, role: str) -> bool:
+    """Whether ``user`` holds ``role`` itself (an admin is not thereby in finance here)."""
+    if role == ADMIN:
+        return bool(user.is_staff)
+    if role == FINANCE:
+        return user.groups.filter(name=FINANCE_GROUP).exists()
+    raise ValueError(f"unknown role {role!r}")
+
+
+def role_set(user: User, role: str, *, held: bool) -> None:
+    """Give or take ``role``. An admin is staff and superuser (everything, ``/admin/``
+    included); taking the role takes both."""
+    if role == ADMIN:
+        User.objects.filter(pk=user.pk).update(is_staff=held, is_superuser=held)
+        user.is_staff = user.is_superuser = held
+    elif role == FINANCE:
+        group, _ = Group.objects.get_or_create(name=FINANCE_GROUP)
+        if held:
+            user.groups.add(group)
+        else:
+            user.groups.remove(group)
+    else:
+        raise ValueError(f"unknown role {role!r}")
 
 
 def landing(user: Viewer) -> str:

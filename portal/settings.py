@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -153,7 +154,12 @@ else:
     }
 
 # --- Authentication ----------------------------------------------------------------------------
-AUTHENTICATION_BACKENDS = ["portal.login_throttle.LoginThrottleBackend"]
+# Local passwords (portal.login_throttle), then a person an identity provider vouched for
+# (portal.sso.oidc), then LDAP when configured (below).
+AUTHENTICATION_BACKENDS = [
+    "portal.login_throttle.LoginThrottleBackend",
+    "portal.sso.oidc.OidcBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -166,6 +172,88 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # lock-out time lock that username for the lock-out time, right password or not.
 LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+# Who may log in with a password kept by the portal (LDAP passwords are the directory's):
+# "all" (the demo, and a portal without single sign-on), "superusers" (only the break-glass
+# administrators; everyone else through single sign-on or LDAP), "off" (nobody).
+PASSWORD_LOGIN = env.str("PASSWORD_LOGIN", default="all")
+if PASSWORD_LOGIN not in ("all", "superusers", "off"):
+    raise ImproperlyConfigured(
+        f"PASSWORD_LOGIN={PASSWORD_LOGIN!r}: expected one of all, superusers, off"
+    )
+
+# --- Single sign-on: OpenID Connect (docs/operations.md#single-sign-on) -------------------------
+# Off unless OIDC_ISSUER is set. The portal reads the provider's discovery document
+# (<issuer>/.well-known/openid-configuration) and logs people in with the authorization-code
+# flow (PKCE, state and nonce); the redirect URI to register is <portal>/login/sso/callback.
+# The ID token must be signed with a key from the provider's JWKS, issued by OIDC_ISSUER for
+# OIDC_CLIENT_ID, unexpired, and carry the nonce, the username claim and the groups claim.
+OIDC_ISSUER = env.str("OIDC_ISSUER", default="").rstrip("/")
+OIDC_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
+OIDC_CLIENT_SECRET = env.str("OIDC_CLIENT_SECRET", default="")
+OIDC_SCOPES = env.str("OIDC_SCOPES", default="openid email profile groups")
+# The claim naming the portal user (taken at the first login; later changes rename nobody).
+OIDC_USERNAME_CLAIM = env.str("OIDC_USERNAME_CLAIM", default="preferred_username")
+# The claim listing the person's groups, which the policy maps to teams and roles. A token
+# without it is refused (never read as "in no group"); empty: groups are not read at all.
+OIDC_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
+# Connect and read timeout of each call to the provider (discovery, keys, token).
+OIDC_TIMEOUT_SECONDS = env.float("OIDC_TIMEOUT_SECONDS", default=5.0)
+# Logging out of the portal also ends the session at the provider (RP-initiated logout), when
+# the provider offers an end_session_endpoint; register <portal>/login/ as a post-logout URI.
+OIDC_PROVIDER_LOGOUT = env.bool("OIDC_PROVIDER_LOGOUT", default=False)
+OIDC_LOGIN_LABEL = env.str("OIDC_LOGIN_LABEL", default="Log in with single sign-on")
+if OIDC_ISSUER:
+    _missing = [
+        name for name in ("OIDC_CLIENT_ID", "OIDC_CLIENT_SECRET") if not env.str(name, default="")
+    ]
+    if _missing:
+        raise ImproperlyConfigured(f"OIDC_ISSUER is set: set {' and '.join(_missing)} too")
+    # ID tokens and the client secret travel to and from the provider: never in the clear,
+    # except to a provider on this very machine (development, tests).
+    _issuer = urlsplit(OIDC_ISSUER)
+    if _issuer.scheme != "https" and not (
+        _issuer.scheme == "http" and _issuer.hostname in ("127.0.0.1", "::1", "localhost")
+    ):
+        raise ImproperlyConfigured(
+            f"OIDC_ISSUER={OIDC_ISSUER!r}: expected an https:// URL (http:// only for a "
+            "provider on this machine)"
+        )
+    if "openid" not in OIDC_SCOPES.split():
+        raise ImproperlyConfigured(f"OIDC_SCOPES={OIDC_SCOPES!r} must include openid")
+
+# --- LDAP login (docs/operations.md#ldap) --------------------------------------------------------
+# Off unless LDAP_SERVER_URI is set (it needs the ldap extra: pip install '.[ldap]'). The login
+# form's username and password are checked against the directory: the person's entry is found
+# under LDAP_USER_SEARCH_BASE with LDAP_USER_FILTER, and their groups (whose names the policy
+# maps like OpenID Connect's) under LDAP_GROUP_SEARCH_BASE.
+LDAP_SERVER_URI = env.str("LDAP_SERVER_URI", default="")
+if LDAP_SERVER_URI:
+    try:
+        from portal.sso.ldap_config import ldap_auth_settings
+    except ImportError as _exc:
+        raise ImproperlyConfigured(
+            f"LDAP_SERVER_URI is set but LDAP support is not installed ({_exc}): "
+            "pip install '.[ldap]' (python-ldap needs libldap2-dev and libsasl2-dev to build)"
+        ) from _exc
+    AUTHENTICATION_BACKENDS.append("portal.sso.ldap.PortalLDAPBackend")
+    try:
+        # AUTH_LDAP_SERVER_URI, AUTH_LDAP_USER_SEARCH, AUTH_LDAP_GROUP_SEARCH… (django-auth-ldap)
+        globals().update(
+            ldap_auth_settings(
+                server_uri=LDAP_SERVER_URI,
+                start_tls=env.bool("LDAP_START_TLS", default=False),
+                # A service account to search with (empty: search anonymously).
+                bind_dn=env.str("LDAP_BIND_DN", default=""),
+                bind_password=env.str("LDAP_BIND_PASSWORD", default=""),
+                user_search_base=env.str("LDAP_USER_SEARCH_BASE"),
+                user_filter=env.str("LDAP_USER_FILTER", default="(uid=%(user)s)"),
+                group_search_base=env.str("LDAP_GROUP_SEARCH_BASE", default=""),
+                group_type=env.str("LDAP_GROUP_TYPE", default="groupOfNames"),
+                timeout_seconds=env.float("LDAP_TIMEOUT_SECONDS", default=5.0),
+            )
+        )
+    except ValueError as _exc:
+        raise ImproperlyConfigured(str(_exc)) from _exc
 
 # --- HTTPS and headers -------------------------------------------------------------------------
 # Behind a TLS-terminating proxy, the proxy's header says the request came over HTTPS; set

@@ -1,16 +1,18 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from portal import token_views, views
+from portal.sso import views as sso_views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("vendor/plotly.min.js", views.plotly_js, name="plotly-js"),
     path("login/", views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/sso/", sso_views.sso_login, name="sso-login"),
+    path("login/sso/callback", sso_views.sso_callback, name="sso-callback"),
+    path("logout/", sso_views.LogoutView.as_view(), name="logout"),
     path("tokens/", token_views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke", token_views.token_revoke, name="token-revoke"),
     path("admin/", admin.site.urls),

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
@@ -18,6 +19,7 @@ from django.views.decorators.http import require_safe
 
 from portal.login_throttle import ThrottledAuthenticationForm
 from portal.roles import landing
+from portal.sso.oidc import oidc_enabled
 
 
 @require_safe
@@ -39,12 +41,26 @@ def home(request: HttpRequest) -> HttpResponse:
 
 class LoginView(auth_views.LoginView):
     """After logging in, each role lands where its work is (``portal.roles.landing``). A locked
-    username (``portal.login_throttle``) is answered 429 with the form saying until when."""
+    username (``portal.login_throttle``) is answered 429 with the form saying until when. With
+    single sign-on the page offers it first; the password form stays for LDAP and for whom
+    ``PASSWORD_LOGIN`` lets use a local password."""
 
     authentication_form = ThrottledAuthenticationForm
 
     def get_default_redirect_url(self) -> str:
         return reverse(landing(self.request.user))
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context.update(
+            {
+                "oidc_enabled": oidc_enabled(),
+                "oidc_label": settings.OIDC_LOGIN_LABEL,
+                "ldap_enabled": bool(settings.LDAP_SERVER_URI),
+                "password_login": settings.PASSWORD_LOGIN,
+            }
+        )
+        return context
 
     def form_invalid(self, form: Any) -> HttpResponse:
         response = super().form_invalid(form)

@@ -9,7 +9,10 @@ every change lands in the audit log (source ``admin``). The audit log itself is 
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import FilteredSelectMultiple
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
@@ -33,7 +36,7 @@ from queues.models import (
     Team,
     UsageInterval,
 )
-from queues.policy.apply import policy_problems
+from queues.policy.apply import policy_problems, team_listed_members_set
 
 
 class _PolicyRefused(Exception):
@@ -113,13 +116,49 @@ class QuotaInline(admin.TabularInline):
     extra = 0
 
 
+class TeamAdminForm(forms.ModelForm):
+    """A team with the members the policy lists (as the policy file's ``members``); members an
+    identity-provider group gives the team are shown beside it and kept."""
+
+    listed_members = forms.ModelMultipleChoiceField(
+        queryset=get_user_model().objects.order_by("username"),
+        required=False,
+        widget=FilteredSelectMultiple("members", is_stacked=False),
+        help_text="The members the policy lists. Members an identity-provider group gives the "
+        "team (below) stay whatever this list says.",
+    )
+
+    class Meta:
+        model = Team
+        fields = ["name", "description", "namespace", "cost_center", "fair_share_weight", "groups"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["listed_members"].initial = list(
+                get_user_model().objects.filter(
+                    team_memberships__team=self.instance, team_memberships__listed=True
+                )
+            )
+
+
 @admin.register(Team)
 class TeamAdmin(PolicyAdmin):
+    form = TeamAdminForm
     list_display = ["name", "namespace", "cost_center", "fair_share_weight", "active"]
     list_filter = ["active"]
     search_fields = ["name", "namespace", "cost_center"]
-    filter_horizontal = ["members"]
+    readonly_fields = ["members_via_groups"]
     inlines = [QuotaInline]
+
+    @admin.display(description="members via identity-provider groups")
+    def members_via_groups(self, obj: Team) -> str:
+        names = obj.memberships.filter(via_groups=True).values_list("user__username", flat=True)
+        return ", ".join(sorted(names)) or "—"
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        team_listed_members_set(team=form.instance, users=list(form.cleaned_data["listed_members"]))
 
 
 @admin.register(Quota)

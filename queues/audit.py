@@ -2,8 +2,9 @@
 came from.
 
 Each entry says who (``actor``), when (``timestamp``), from where (``additional_data["source"]``:
-``page``, ``admin``, ``file`` or ``api``; the request's address in ``remote_addr``), which object
-and old → new values (``changes``). Policy models are registered in ``register_policy_models``
+``page``, ``admin``, ``file``, ``api``, or ``login`` with the identity provider in
+``additional_data["via"]``; the request's address in ``remote_addr``), which object and old → new
+values (``changes``). Policy models are registered in ``register_policy_models``
 (called from the app config); save, delete and many-to-many signals record them.
 
 Bulk writes fire no signals: ``bulk_create``, ``bulk_update`` and ``QuerySet.update`` used on a
@@ -39,6 +40,7 @@ from queues.models import (
     RateCard,
     RateCardWeight,
     Reservation,
+    RoleGroups,
     Team,
 )
 
@@ -48,8 +50,11 @@ class AuditSource:
     ADMIN = "admin"
     FILE = "file"
     API = "api"
+    # A login through an identity provider: the person's groups there gave or took a team or a
+    # role (the entry's ``via`` names the provider).
+    LOGIN = "login"
 
-    ALL = (PAGE, ADMIN, FILE, API)
+    ALL = (PAGE, ADMIN, FILE, API, LOGIN)
 
 
 @dataclass(frozen=True)
@@ -57,16 +62,20 @@ class _Context:
     actor: Any
     source: str
     remote_addr: str | None
+    via: str | None
 
 
 _context: ContextVar[_Context | None] = ContextVar("queues_audit_context", default=None)
 
 
 @contextlib.contextmanager
-def audit_context(*, actor: Any, source: str, remote_addr: str | None = None) -> Iterator[None]:
-    """Entries written inside carry ``actor`` (a user, or None), ``source`` and the address.
-    Contexts nest: the innermost wins, and the outer one is back when it ends."""
-    token = _context.set(_Context(actor, source, remote_addr))
+def audit_context(
+    *, actor: Any, source: str, remote_addr: str | None = None, via: str | None = None
+) -> Iterator[None]:
+    """Entries written inside carry ``actor`` (a user, or None), ``source``, the address and,
+    for a login, ``via``: the identity provider that vouched for the change. Contexts nest: the
+    innermost wins, and the outer one is back when it ends."""
+    token = _context.set(_Context(actor, source, remote_addr, via))
     try:
         yield
     finally:
@@ -84,6 +93,8 @@ def _stamp(sender: Any, instance: LogEntry, **kwargs: Any) -> None:
     if instance.remote_addr is None:
         instance.remote_addr = context.remote_addr
     instance.additional_data = {**(instance.additional_data or {}), "source": context.source}
+    if context.via:
+        instance.additional_data["via"] = context.via
 
 
 pre_save.connect(_stamp, sender=LogEntry, dispatch_uid="queues.audit.stamp")
@@ -159,6 +170,19 @@ def audit_changed(obj: Model, changes: Mapping[str, tuple[Any, Any]]) -> None:
     )
 
 
+def audit_members(obj: Model, *, field: str, added: list[str], removed: list[str]) -> None:
+    """Record names joining (``added``) or leaving (``removed``) a list of ``obj`` that no
+    many-to-many signal reports, in the shape such a signal's entry has."""
+    for operation, names in (("add", added), ("delete", removed)):
+        if names:
+            LogEntry.objects.log_create(
+                obj,
+                force_log=True,
+                action=LogEntry.Action.UPDATE,
+                changes={field: {"type": "m2m", "operation": operation, "objects": names}},
+            )
+
+
 def audit_action(obj: Model, *, what: str, changes: Mapping[str, tuple[Any, Any]]) -> None:
     """Record an action on an object the audit does not track by signals (a node's drain)."""
     LogEntry.objects.log_create(
@@ -183,6 +207,7 @@ def register_policy_models() -> None:
         RateCardWeight,
         FairShareSettings,
         QuotaRequest,
+        RoleGroups,
     ):
         # Before the audit's receivers, so that they see the stored spelling of decimals.
         pre_save.connect(
@@ -197,6 +222,7 @@ def register_policy_models() -> None:
         RateCardWeight,
         FairShareSettings,
         QuotaRequest,
+        RoleGroups,
     ):
         if not auditlog.contains(model):
             auditlog.register(model)

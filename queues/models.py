@@ -197,14 +197,22 @@ class CapabilityClass(models.Model):
 
 
 class Team(models.Model):
-    """A tenant: members, Kubernetes namespace, cost center, fair-share weight, quotas."""
+    """A tenant: members, Kubernetes namespace, cost center, fair-share weight, quotas.
+
+    ``members`` is everyone in the team, whether the policy lists them or an identity-provider
+    group the policy maps to the team (``groups``) gives them the team; ``TeamMembership`` says
+    which (both may)."""
 
     name = models.CharField(max_length=63, unique=True, validators=[NAME_VALIDATOR])
     description = models.TextField(blank=True)
     namespace = models.CharField(max_length=63, unique=True, validators=[NAMESPACE_VALIDATOR])
     cost_center = models.CharField(max_length=64)
     fair_share_weight = models.DecimalField(max_digits=8, decimal_places=3, default=Decimal(1))
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="gpu_teams", blank=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="gpu_teams", blank=True, through="TeamMembership"
+    )
+    # Identity-provider groups whose members are in the team (refreshed at each of their logins).
+    groups = models.JSONField(default=list, blank=True, help_text='e.g. ["gpu-nlp"]')
     active = models.BooleanField(default=True)
 
     objects = ActiveQuerySet.as_manager()
@@ -219,6 +227,78 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TeamMembership(models.Model):
+    """One person in one team, and why: the policy lists them (``listed``, written only by the
+    policy apply), an identity-provider group the team maps to gave them the team at their last
+    login (``via_groups``, written only by the login), or both. The membership ends when neither
+    holds, so a policy apply never removes whom a group gave the team, nor a login whom the
+    policy lists. (The table is the one Django made for ``Team.members`` before it had a
+    ``through`` model.)"""
+
+    id = models.AutoField(primary_key=True)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="team_memberships"
+    )
+    listed = models.BooleanField(default=True)
+    via_groups = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "queues_team_members"
+        unique_together = [("team", "user")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(listed=True) | Q(via_groups=True),
+                name="team_membership_has_a_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}"
+
+
+class PortalRole(models.TextChoices):
+    """The roles an identity provider's groups may give (``portal/roles.py`` says what each
+    may do)."""
+
+    FINANCE = "finance", "finance"
+    ADMIN = "admin", "admin"
+
+
+class RoleGroups(models.Model):
+    """The identity-provider groups that give one role (the policy's ``roles`` section)."""
+
+    role = models.CharField(max_length=16, choices=PortalRole.choices, unique=True)
+    groups = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name = "role groups"
+        verbose_name_plural = "role groups"
+
+    def __str__(self) -> str:
+        return self.role
+
+
+class RoleGrant(models.Model):
+    """A role that a user's identity-provider groups gave them at a login. A later login whose
+    groups no longer give it takes it back; a role given by hand (the Django admin,
+    ``seed_demo``) has no row, and no login ever takes it away."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="role_grants"
+    )
+    role = models.CharField(max_length=16, choices=PortalRole.choices)
+    granted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "role"], name="role_grant_one_per_role"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} for {self.user}"
 
 
 class TeamCostCenter(models.Model):

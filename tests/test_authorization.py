@@ -57,6 +57,9 @@ PAGES = [
     Call("healthz", "GET", "/healthz", (200, 200, 200, 200, 200)),
     Call("vendor/plotly.min.js", "GET", "/vendor/plotly.min.js", (200, 200, 200, 200, 200)),
     Call("login/", "GET", "/login/", (200, 200, 200, 200, 200)),
+    # Single sign-on is not configured here: its pages are not found (tests/sso/ log in).
+    Call("login/sso/", "GET", "/login/sso/", (404, 404, 404, 404, 404)),
+    Call("login/sso/callback", "GET", "/login/sso/callback", (404, 404, 404, 404, 404)),
     Call("logout/", "POST", "/logout/", (R, R, R, R, R)),
     Call("tokens/", "GET", "/tokens/", (R, 200, 200, 200, 200)),
     Call("tokens/<int:token_id>/revoke", "POST", "/tokens/{token}/revoke", (R, R, 404, 404, 404)),
@@ -89,6 +92,7 @@ PAGES = [
     Call("manage/audit/", "GET", "/manage/audit/", (R, 403, 403, 200, 200)),
     Call("manage/policy/", "GET", "/manage/policy/", (R, 403, 403, 403, 200)),
     Call("manage/policy/export", "GET", "/manage/policy/export", (R, 403, 403, 403, 200)),
+    Call("manage/policy/roles/", "GET", "/manage/policy/roles/", (R, 403, 403, 403, 200)),
     Call(
         "manage/policy/<str:section>/new",
         "GET",

@@ -36,6 +36,7 @@ from queues.models import (
     Reservation,
     SharingMode,
     Team,
+    TeamMembership,
 )
 from queues.rates import gpu_amount
 
@@ -489,7 +490,7 @@ def requests_prefetch(requests: list[JobRequest], cache: dict[Any, Any]) -> None
     owners, teams = {k[0] for k in keys}, {k[1] for k in keys}
     queues, capabilities = {k[2] for k in keys}, {k[3] for k in keys}
     members = set(
-        Team.members.through.objects.filter(user_id__in=owners, team_id__in=teams).values_list(
+        TeamMembership.objects.filter(user_id__in=owners, team_id__in=teams).values_list(
             "user_id", "team_id"
         )
     )
@@ -673,9 +674,7 @@ def _access(request: JobRequest) -> Access:
     row = (
         Team.objects.filter(pk=team.pk)
         .annotate(
-            member=Exists(
-                Team.members.through.objects.filter(team_id=team.pk, user_id=request.owner.pk)
-            ),
+            member=Exists(TeamMembership.objects.filter(team_id=team.pk, user_id=request.owner.pk)),
             team_allowed=Exists(
                 Queue.teams.through.objects.filter(queue_id=queue.pk, team_id=team.pk)
             ),

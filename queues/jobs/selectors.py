@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from portal.roles import is_admin
 from queues.cluster.adapter import Cluster, cluster_from_settings
@@ -20,18 +20,20 @@ from queues.models import (
     Node,
     RateCard,
     RateCardWeight,
+    Team,
     UsageInterval,
 )
 from queues.rates import cost_per_hour, rate_interval, round_hours, round_money
 
 
 def jobs_visible_to(user: User) -> QuerySet[Job]:
-    """Jobs of the user's teams (admins: every job). Anything else is "not found", not
-    "forbidden": a job's existence is itself team business."""
+    """Jobs of the user's teams, and the jobs they submitted to a team they have left since
+    (admins: every job). Anything else is "not found", not "forbidden": a job's existence is
+    itself team business."""
     jobs = Job.objects.select_related("owner", "team", "queue", "capability_class", "gpu_class")
     if is_admin(user):
         return jobs
-    return jobs.filter(team__members=user)
+    return jobs.filter(Q(team__in=Team.objects.filter(members=user)) | Q(owner=user))
 
 
 def job_for(user: User, job_id: int) -> Job | None:

@@ -254,6 +254,9 @@ AUDITED_MODELS = (
     "fairsharesettings",
     "quotarequest",
     "node",
+    "rolegroups",
+    # auth's user: the roles a login's identity-provider groups gave or took
+    "user",
 )
 
 
@@ -261,7 +264,7 @@ def audit_entries(
     *, source: str = "", model: str = "", actor: str = "", search: str = ""
 ) -> QuerySet[LogEntry]:
     """The audit log, newest first, filtered by source, kind of object, who, and object name."""
-    types = ContentType.objects.filter(app_label="queues", model__in=AUDITED_MODELS)
+    types = ContentType.objects.filter(app_label__in=("queues", "auth"), model__in=AUDITED_MODELS)
     entries = LogEntry.objects.filter(content_type__in=types).select_related(
         "actor", "content_type"
     )

@@ -31,7 +31,7 @@ from queues.models import (
 from queues.operations.selectors import quota_evidence
 from queues.policy.apply import PolicyReport, policy_apply, policy_edit, policy_remove
 from queues.policy.export import dump_policy, policy_current
-from queues.policy.parse import PolicyError, Problem, load_policy_text
+from queues.policy.parse import PolicyError, Problem, load_policy_text, no_roles
 
 
 class RequestDecided(Exception):
@@ -322,6 +322,21 @@ def policy_object_apply(
     # The text names one object: the rest of its section is "not in file" by design.
     report.changes = [c for c in report.changes if c.action != "not in file"]
     return report
+
+
+def policy_roles_apply(*, text: str, dry_run: bool) -> PolicyReport:
+    """Apply ``text`` — the policy file's ``roles`` section, which groups give finance and
+    admin — exactly as ``apply_policy`` would. The text may hold that section only."""
+    data = load_policy_text(text)
+    if not isinstance(data, dict) or set(data) != {"roles"}:
+        raise PolicyError([Problem("roles", None, "give exactly one section, roles")])
+    return policy_apply(text=text, dry_run=dry_run)
+
+
+def policy_roles_text() -> str:
+    """The ``roles`` section as the policy file spells it (no group gives a role: both listed
+    empty, as a model)."""
+    return dump_policy({"roles": policy_current().get("roles") or no_roles()})
 
 
 def policy_object_text(*, section: str, name: str | None) -> str:

@@ -13,6 +13,7 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit"),
     path("policy/", views.policy_overview, name="policy"),
     path("policy/export", views.policy_export, name="policy-export"),
+    path("policy/roles/", views.policy_roles, name="policy-roles"),
     path("policy/<str:section>/new", views.policy_object, name="policy-new"),
     path("policy/<str:section>/<str:name>/", views.policy_object, name="policy-object"),
     path("reservations/", views.reservation_list, name="reservations"),

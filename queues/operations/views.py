@@ -60,6 +60,8 @@ from queues.operations.services import (
     node_return,
     policy_object_apply,
     policy_object_text,
+    policy_roles_apply,
+    policy_roles_text,
     quota_request_approve,
     quota_request_decline,
     quota_request_file,
@@ -70,7 +72,7 @@ from queues.operations.services import (
 )
 from queues.policy.apply import policy_edit
 from queues.policy.export import dump_policy, policy_current
-from queues.policy.parse import PolicyError
+from queues.policy.parse import PolicyError, no_roles
 
 AUDIT_PAGE_SIZE = 50
 
@@ -472,7 +474,43 @@ def policy_overview(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "operations/policy.html",
-        {"sections": [(s, list(current.get(s, {}))) for s in EDITABLE_SECTIONS]},
+        {
+            "sections": [(s, list(current.get(s, {}))) for s in EDITABLE_SECTIONS],
+            "roles": (current.get("roles") or no_roles()).items(),
+            "team_groups": [(n, t["groups"]) for n, t in current["teams"].items() if t["groups"]],
+        },
+    )
+
+
+@staff_required
+def policy_roles(request: HttpRequest) -> HttpResponse:
+    """The identity-provider groups that give finance and admin, as the policy file's ``roles``
+    section: checked (a dry run showing the diff), then applied."""
+    text = request.POST.get("text", "")[:100_000] if request.method == "POST" else ""
+    text = text or policy_roles_text()
+    problems: list[str] = []
+    report = None
+    if request.method == "POST":
+        saving = request.POST.get("save") == "1"
+        try:
+            report = policy_roles_apply(text=text, dry_run=not saving)
+        except PolicyError as exc:
+            problems = [str(p) for p in exc.problems]
+        else:
+            if saving:
+                messages.success(request, f"Saved: {report.render()}")
+                return redirect("operations:policy")
+    return render(
+        request,
+        "operations/policy_object.html",
+        {
+            "section": "roles",
+            "heading": "Roles from identity-provider groups",
+            "text": text,
+            "problems": problems,
+            "report": report,
+        },
+        status=422 if problems else 200,
     )
 
 

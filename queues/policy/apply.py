@@ -15,19 +15,22 @@ from django.db.models import F, Model, ProtectedError
 from django.utils import timezone
 
 from portal.formatting import display, format_datetime
-from queues.audit import AuditSource, audit_changed, audit_created
+from queues.audit import AuditSource, audit_changed, audit_created, audit_members
 from queues.models import (
     CapabilityClass,
     FairShareSettings,
     GpuClass,
     Node,
+    PortalRole,
     Queue,
     Quota,
     RateCard,
     RateCardWeight,
     Reservation,
+    RoleGroups,
     Team,
     TeamCostCenter,
+    TeamMembership,
 )
 from queues.policy.export import dump_policy, policy_current
 from queues.policy.parse import (
@@ -36,6 +39,7 @@ from queues.policy.parse import (
     PolicyError,
     Problem,
     load_policy_text,
+    no_roles,
     parse_policy,
     peak_reserved,
     policy_overlay,
@@ -292,6 +296,15 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
                     "fair_share", "settings", "changed", diff_fields(before, wanted["fair_share"])
                 )
             )
+    if "roles" in wanted:
+        before = current.get("roles") or no_roles()
+        if before != wanted["roles"]:
+            _write_roles(wanted["roles"])
+            for role, fields in wanted["roles"].items():
+                if before[role] != fields:
+                    report.changes.append(
+                        Change("roles", role, "changed", diff_fields(before[role], fields))
+                    )
     writers = {
         "gpu_classes": _write_gpu_class,
         "capability_classes": _write_capability_class,
@@ -352,18 +365,61 @@ def _write_team(name: str, fields: dict[str, Any], report: PolicyReport) -> None
     team = _upsert(
         Team,
         name,
-        {k: fields[k] for k in ("description", "namespace", "cost_center", "fair_share_weight")},
+        {
+            k: fields[k]
+            for k in ("description", "namespace", "cost_center", "fair_share_weight", "groups")
+        },
     )
     if before != team.cost_center:
         # Chargeback splits usage at this instant: GPUs held from now on are the new center's.
         TeamCostCenter.objects.create(
             team=team, cost_center=team.cost_center, effective_from=timezone.now()
         )
-    team.members.set(_users(fields["members"], report))
+    team_listed_members_set(team=team, users=_users(fields["members"], report))
     gpu_classes = _by_name(GpuClass, fields["quotas"])
     for gpu_name, quota in fields["quotas"].items():
         Quota.objects.update_or_create(team=team, gpu_class=gpu_classes[gpu_name], defaults=quota)
     Quota.objects.filter(team=team).exclude(gpu_class__name__in=list(fields["quotas"])).delete()
+
+
+def team_listed_members_set(*, team: Team, users: list[Any]) -> None:
+    """Make ``users`` the members the policy lists for ``team``, exactly; the policy file's
+    ``members`` (and the Django admin's list) write through here.
+
+    Members an identity-provider group gave the team stay members whatever the list says: a
+    person the list stops naming leaves the team only if no group keeps them in it. Memberships
+    that begin or end are audited by the many-to-many signal; a member the list starts or stops
+    naming without joining or leaving is audited as a change of ``listed members``."""
+    wanted = {user.pk: user for user in users}
+    rows = {m.user_id: m for m in TeamMembership.objects.filter(team=team).select_related("user")}
+    unlisted = [m for uid, m in rows.items() if m.listed and uid not in wanted]
+    relisted = [m for uid, m in rows.items() if not m.listed and uid in wanted]
+    leaving = [m.user_id for m in unlisted if not m.via_groups]
+    staying = [m for m in unlisted if m.via_groups]
+    if leaving:
+        team.members.remove(*leaving)
+    joining = [user for uid, user in wanted.items() if uid not in rows]
+    if joining:
+        team.members.add(*joining, through_defaults={"listed": True, "via_groups": False})
+    if staying:
+        TeamMembership.objects.filter(pk__in=[m.pk for m in staying]).update(listed=False)
+    if relisted:
+        TeamMembership.objects.filter(pk__in=[m.pk for m in relisted]).update(listed=True)
+    # update() fires no signal; these people stay members, only whether the policy names them
+    # changes.
+    audit_members(
+        team,
+        field="listed members",
+        added=sorted(m.user.get_username() for m in relisted),
+        removed=sorted(m.user.get_username() for m in staying),
+    )
+
+
+def _write_roles(wanted: dict[str, Any]) -> None:
+    for role in PortalRole:
+        RoleGroups.objects.update_or_create(
+            role=role.value, defaults={"groups": wanted[role.value]["groups"]}
+        )
 
 
 def _users(usernames: list[str], report: PolicyReport) -> list[Any]:

@@ -16,9 +16,11 @@ from queues.models import (
     RateCard,
     RateCardWeight,
     Reservation,
+    RoleGroups,
     Team,
+    TeamMembership,
 )
-from queues.policy.parse import NAMED_SECTIONS, Policy
+from queues.policy.parse import NAMED_SECTIONS, Policy, no_roles
 from queues.policy.text import policy_yaml
 
 
@@ -55,14 +57,20 @@ def policy_current() -> Policy:
         }
         for c in CapabilityClass.objects.active().order_by("name")
     }
-    teams = Team.objects.active().order_by("name").prefetch_related("members", "quotas__gpu_class")
+    # The members the policy lists; those an identity-provider group gave the team are not the
+    # policy's (a login gives and takes them).
+    listed = Prefetch(
+        "memberships", queryset=TeamMembership.objects.filter(listed=True).select_related("user")
+    )
+    teams = Team.objects.active().order_by("name").prefetch_related(listed, "quotas__gpu_class")
     policy["teams"] = {
         t.name: {
             "description": t.description,
             "namespace": t.namespace,
             "cost_center": t.cost_center,
             "fair_share_weight": t.fair_share_weight,
-            "members": sorted(u.username for u in t.members.all()),
+            "members": sorted(m.user.get_username() for m in t.memberships.all()),
+            "groups": sorted(t.groups),
             "quotas": {
                 q.gpu_class.name: {"nominal": q.nominal, "borrowing_limit": q.borrowing_limit}
                 for q in sorted(t.quotas.all(), key=lambda q: q.gpu_class.name)
@@ -105,6 +113,13 @@ def policy_current() -> Policy:
         }
         for card in cards
     }
+    roles = no_roles()
+    for row in RoleGroups.objects.all():
+        if row.role in roles:
+            roles[row.role] = {"groups": sorted(row.groups)}
+    # Like fair_share: in the policy once it says something (a group that gives a role).
+    if roles != no_roles():
+        policy["roles"] = roles
     return policy
 
 
@@ -164,9 +179,18 @@ def dump_policy(policy: Policy) -> str:
             }
             for card in policy["rate_cards"].values()
         ]
+    if "roles" in policy:
+        document["roles"] = {
+            role: {"groups": fields["groups"]} for role, fields in policy["roles"].items()
+        }
     return policy_yaml(document)
 
 
 def _drop_defaults(fields: Mapping[str, Any]) -> dict[str, Any]:
     """Leave out empty optional fields so exported files read like hand-written ones."""
-    return {k: v for k, v in fields.items() if v is not None and v != ""}
+    # A team's groups are new: a team without any reads as it did before they existed.
+    return {
+        k: v
+        for k, v in fields.items()
+        if v is not None and v != "" and not (k == "groups" and v == [])
+    }

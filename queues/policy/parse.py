@@ -31,7 +31,7 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
-from queues.models import NAME, NAMESPACE_PATTERN, PreemptionClass, SharingMode
+from queues.models import NAME, NAMESPACE_PATTERN, PortalRole, PreemptionClass, SharingMode
 from queues.rates import GPU_AMOUNT_PLACES
 
 SECTIONS = (
@@ -42,6 +42,7 @@ SECTIONS = (
     "queues",
     "reservations",
     "rate_cards",
+    "roles",
 )
 # Sections whose objects are named and may be pruned, in the order they are written.
 NAMED_SECTIONS = ("gpu_classes", "capability_classes", "teams", "queues", "reservations")
@@ -461,6 +462,8 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
         )
     if "rate_cards" in data:
         policy["rate_cards"] = _parse_rate_cards(data, problems, set(known("gpu_classes")))
+    if "roles" in data:
+        policy["roles"] = _parse_roles(data, problems)
     if problems:
         raise PolicyError(problems)
     return policy
@@ -553,6 +556,59 @@ def _usernames(value: Any) -> list[str]:
     return names
 
 
+# An identity provider's group name, as its groups claim or LDAP's group names spell it
+# ("gpu-nlp", "/org/gpu-nlp", a GUID): any text without surrounding blanks, matched exactly.
+MAX_GROUP_NAME = 256
+
+
+def _group_names(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{_shown(value)} is not a list of group names")
+    bad = [g for g in value if not g or g != g.strip() or len(g) > MAX_GROUP_NAME]
+    if bad:
+        raise ValueError(
+            f"not a group name: {', '.join(_shown(g) for g in bad)} (group names are matched "
+            f"exactly: no blanks around them, 1 to {MAX_GROUP_NAME} characters)"
+        )
+    return sorted(set(value))
+
+
+def no_roles() -> dict[str, Any]:
+    """The ``roles`` section that gives no role to any group (what a database without one
+    holds)."""
+    return {role.value: {"groups": []} for role in PortalRole}
+
+
+def _parse_roles(data: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:
+    """``roles: {finance: {groups: [...]}, admin: {groups: [...]}}``: the identity-provider
+    groups that give each role. The section is the whole mapping: a role it leaves out is given
+    by no group."""
+    raw = data["roles"]
+    result = no_roles()
+    if raw is None:
+        return result
+    if not isinstance(raw, dict):
+        problems.append(Problem("roles", None, "must be a mapping of roles to {groups: [...]}"))
+        return result
+    for role, fields in raw.items():
+        if role not in result:
+            problems.append(
+                Problem(
+                    f"roles[{role}]",
+                    None,
+                    f"unknown role (expected one of: {', '.join(sorted(result))})",
+                )
+            )
+            continue
+        if not isinstance(fields, dict):
+            problems.append(Problem(f"roles[{role}]", None, "must be a mapping {groups: [...]}"))
+            continue
+        entry = _Entry(f"roles[{role}]", fields, problems)
+        entry.check_fields(["groups"])
+        result[role] = {"groups": entry.get("groups", _group_names, default=[]) or []}
+    return result
+
+
 def _parse_teams(
     data: Mapping[str, Any], problems: list[Problem], gpu_names: set[str]
 ) -> dict[str, Any]:
@@ -567,6 +623,7 @@ def _parse_teams(
                 "cost_center",
                 "fair_share_weight",
                 "members",
+                "groups",
                 "quotas",
             ]
         )
@@ -618,6 +675,7 @@ def _parse_teams(
                 "fair_share_weight", parse_weight, default=Decimal(1), check=_positive
             ),
             "members": entry.get("members", _usernames, default=[]),
+            "groups": entry.get("groups", _group_names, default=[]),
             "quotas": dict(sorted(quotas.items())),
         }
     return result

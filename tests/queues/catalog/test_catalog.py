@@ -64,7 +64,10 @@ class TestCatalogPage:
     def test_a_member_of_no_team_is_told_how_to_get_access(self, outsider, example_policy):
         html = page_client(outsider).get("/queues/").content.decode()
 
-        assert "No queue is open to your teams." in html
+        assert (
+            "You are in no team, so no queue is open to you. Teams come from the policy and "
+            "from your groups at your identity provider: ask an admin to add you to one."
+        ) in html
 
     def test_an_admin_sees_every_queue(self, ada, example_policy):
         response = page_client(ada).get("/queues/")
