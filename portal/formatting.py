@@ -229,7 +229,19 @@ def format_free_devices(*, gpus: int, slices: dict[str, int], replicas: int, per
 HIDDEN_CHARACTERS = "must not contain control or invisible formatting characters"
 
 
-def has_hidden_characters(text: str) -> bool:
+def has_hidden_characters(text: str, *, line_breaks: bool = False) -> bool:
     """Whether ``text`` holds control characters or invisible formatting ones (bidirectional
-    overrides among them), which would make a name read differently from what it is."""
-    return any(unicodedata.category(c) in ("Cc", "Cf") for c in text)
+    overrides and zero-width characters among them), which would make a name, a command or a
+    justification read differently from what it is. ``line_breaks`` lets tabs and line breaks
+    through (text written on several lines)."""
+    allowed = "\t\n\r" if line_breaks else ""
+    return any(unicodedata.category(c) in ("Cc", "Cf") and c not in allowed for c in text)
+
+
+NOT_ASCII_NUMBER = "write the number in ASCII digits (0-9)"
+
+
+def is_ascii_number_text(text: str) -> bool:
+    """Whether a number written as text uses only ASCII: Python reads "１" (fullwidth) and "١"
+    (Arabic-Indic) as 1, which a person reviewing the request would not see as digits."""
+    return text.isascii()

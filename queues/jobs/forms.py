@@ -13,6 +13,7 @@ from portal.formatting import (
     format_cpu,
     format_duration,
     format_memory,
+    is_ascii_number_text,
     parse_cpu_millicores,
     parse_duration,
     parse_memory_mib,
@@ -115,9 +116,18 @@ class QueueFilteredSelect(forms.Select):
         return option
 
 
+class _WholeNumber(forms.IntegerField):
+    """A whole number in ASCII digits (int() would read fullwidth and Arabic-Indic ones)."""
+
+    def to_python(self, value: Any) -> int | None:
+        if isinstance(value, str) and not is_ascii_number_text(value):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return super().to_python(value)
+
+
 def _whole_number(**kwargs: Any) -> forms.IntegerField:
     """A number field that reads only; its bounds are the request's rules."""
-    return forms.IntegerField(
+    return _WholeNumber(
         error_messages={"invalid": NOT_A_WHOLE_NUMBER},
         widget=forms.NumberInput(attrs={"min": 1} if kwargs.pop("positive", True) else {}),
         **kwargs,

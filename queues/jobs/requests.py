@@ -217,6 +217,10 @@ def _list_problem(items: list[str]) -> str | None:
             return f"item {number}: at most {MAX_ITEM_LENGTH} characters"
         if "\x00" in item:
             return f"item {number}: must not contain a NUL character"
+        if has_hidden_characters(item, line_breaks=True):
+            # A bidirectional override or a zero-width space makes what is reviewed differ
+            # from what runs.
+            return f"item {number}: {HIDDEN_CHARACTERS}"
     return None
 
 

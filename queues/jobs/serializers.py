@@ -17,7 +17,7 @@ from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.formatting import format_duration, parse_duration
+from portal.formatting import format_duration, is_ascii_number_text, parse_duration
 from queues.admission.reasons import ReasonCode
 from queues.catalog.serializers import DurationText
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
@@ -65,8 +65,17 @@ class _Text(serializers.CharField):
         ]
 
 
+class _WholeNumber(serializers.IntegerField):
+    """A whole number in ASCII digits (int() would read fullwidth and Arabic-Indic ones)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not is_ascii_number_text(data):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
 def _whole_number(**kwargs: Any) -> serializers.IntegerField:
-    return serializers.IntegerField(error_messages={"invalid": NOT_A_WHOLE_NUMBER}, **kwargs)
+    return _WholeNumber(error_messages={"invalid": NOT_A_WHOLE_NUMBER}, **kwargs)
 
 
 @extend_schema_field({"type": "string", "example": "4h"})

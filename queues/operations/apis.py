@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.formatting import NOT_ASCII_NUMBER, is_ascii_number_text
 from portal.http import signed_in
 from portal.schema import ErrorDetailSerializer
 from queues.audit import AuditSource, audit_context
@@ -30,13 +31,20 @@ class IsStaff(permissions.BasePermission):
         return bool(request.user and request.user.is_authenticated and request.user.is_staff)
 
 
+class _Amount(serializers.DecimalField):
+    """An amount in ASCII digits (Decimal() would read fullwidth and Arabic-Indic ones)."""
+
+    def to_internal_value(self, data: Any) -> Decimal:
+        if isinstance(data, str) and not is_ascii_number_text(data):
+            raise serializers.ValidationError(NOT_ASCII_NUMBER)
+        return Decimal(super().to_internal_value(data))
+
+
 class QuotaSerializer(serializers.Serializer):
     team = serializers.CharField(read_only=True)
     gpu_class = serializers.CharField(read_only=True)
-    nominal = serializers.DecimalField(max_digits=10, decimal_places=3, min_value=Decimal(0))
-    borrowing_limit = serializers.DecimalField(
-        max_digits=10, decimal_places=3, min_value=Decimal(0)
-    )
+    nominal = _Amount(max_digits=10, decimal_places=3, min_value=Decimal(0))
+    borrowing_limit = _Amount(max_digits=10, decimal_places=3, min_value=Decimal(0))
     in_use = serializers.DecimalField(max_digits=10, decimal_places=3, read_only=True)
     held_back = serializers.IntegerField(
         read_only=True, help_text="Pending jobs this quota holds back now."

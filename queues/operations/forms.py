@@ -10,11 +10,36 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
+from portal.formatting import (
+    HIDDEN_CHARACTERS,
+    NOT_ASCII_NUMBER,
+    has_hidden_characters,
+    is_ascii_number_text,
+)
 from queues.models import NAME_VALIDATOR, GpuClass, Queue, Team
 
 
+class _Amount(forms.DecimalField):
+    """An amount in ASCII digits (Decimal() would read fullwidth and Arabic-Indic ones)."""
+
+    def to_python(self, value: Any) -> Decimal | None:  # type: ignore[override]
+        if isinstance(value, str) and not is_ascii_number_text(value):
+            raise forms.ValidationError(NOT_ASCII_NUMBER, code="invalid")
+        return super().to_python(value)
+
+
+class _PlainText(forms.CharField):
+    """Text a person writes on several lines; no control or invisible formatting characters
+    (a bidirectional override would make what an admin reads differ from what was written)."""
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        if value and has_hidden_characters(value, line_breaks=True):
+            raise forms.ValidationError(HIDDEN_CHARACTERS, code="hidden")
+
+
 def _amount(label: str) -> forms.DecimalField:
-    return forms.DecimalField(
+    return _Amount(
         label=label,
         min_value=Decimal(0),
         max_digits=10,
@@ -78,7 +103,7 @@ class QuotaRequestForm(forms.Form):
     )
     nominal = _amount("Nominal wanted")
     borrowing_limit = _amount("Borrowing limit wanted")
-    justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), max_length=4000)
+    justification = _PlainText(widget=forms.Textarea(attrs={"rows": 4}), max_length=4000)
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -88,7 +113,7 @@ class QuotaRequestForm(forms.Form):
 
 
 class DeclineForm(forms.Form):
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
+    reason = _PlainText(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
 
 
 class ReservationForm(forms.Form):

@@ -22,7 +22,13 @@ from typing import Any
 
 import yaml
 
-from portal.formatting import format_datetime, format_duration, parse_duration
+from portal.formatting import (
+    NOT_ASCII_NUMBER,
+    format_datetime,
+    format_duration,
+    is_ascii_number_text,
+    parse_duration,
+)
 from queues.admission.capability import (
     PRECISIONS,
     CapabilityRequest,
@@ -96,6 +102,8 @@ def parse_decimal(value: Any, *, digits: int = PRICE_DIGITS) -> Decimal:
     """A finite number with at most ``digits`` whole digits."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         raise ValueError(f"{_shown(value)} is not a number")
+    if isinstance(value, str) and not is_ascii_number_text(value):
+        raise ValueError(f"{_shown(value)}: {NOT_ASCII_NUMBER}")
     try:
         number = Decimal(str(value).strip())
     except InvalidOperation as exc:
@@ -114,6 +122,8 @@ def parse_weight(value: Any) -> Decimal:
 def parse_gpu_amount(value: Any) -> Decimal:
     """GPU-equivalents: a number, or a fraction like ``"3/7"``, kept to three decimals."""
     if isinstance(value, str) and "/" in value:
+        if not is_ascii_number_text(value):
+            raise ValueError(f"{_shown(value)}: {NOT_ASCII_NUMBER}")
         try:
             fraction = Fraction(value.strip())
         except (ValueError, ZeroDivisionError) as exc:

@@ -34,6 +34,23 @@ BAD_REQUESTS = [
     ("no pods", {"pods": 0}, {"pods": ["must be at least 1"]}),
     ("negative GPUs", {"gpus_per_pod": -3}, {"gpus_per_pod": ["must be at least 1"]}),
     ("a word for pods", {"pods": "two"}, {"pods": ["must be a whole number"]}),
+    # int() reads these as 1 and 2; a reviewer does not see digits.
+    ("pods in fullwidth digits", {"pods": "１"}, {"pods": ["must be a whole number"]}),
+    (
+        "GPUs in Arabic-Indic digits",
+        {"gpus_per_pod": "٢"},
+        {"gpus_per_pod": ["must be a whole number"]},
+    ),
+    (
+        "a command with a right-to-left override",
+        {"command": ["python", "train\u202e.py"]},
+        {"command": ["item 2: must not contain control or invisible formatting characters"]},
+    ),
+    (
+        "an argument with a zero-width space",
+        {"args": ["--epochs", "3\u200b0"]},
+        {"args": ["item 2: must not contain control or invisible formatting characters"]},
+    ),
     (
         "CPU beyond a 32-bit column",
         {"cpu_millicores_per_pod": 2**40},

@@ -93,3 +93,14 @@ def test_every_refusal_matches_the_schemas_400(api_as, ada, h100_nodes):
     assert list(refusals[0].json()) == ["non_field_errors"]
     assert sorted(refusals[1].json()) == ["borrowing_limit", "nominal"]
     assert list(refusals[2].json()) == ["detail"]
+
+
+def test_an_amount_in_other_digits_is_refused_naming_the_field(api_as, ada, example_policy):
+    response = api_as(ada).put(
+        "/api/quotas/vision/t4/", {"nominal": "３", "borrowing_limit": "0"}, format="json"
+    )
+
+    assert (response.status_code, response.json()) == (
+        400,
+        {"nominal": ["write the number in ASCII digits (0-9)"]},
+    )

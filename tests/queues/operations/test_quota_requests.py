@@ -141,6 +141,9 @@ def test_a_member_files_a_request_and_sees_it_with_its_evidence(client, mia):
         ({"gpu_class": "h200"}, "gpu_class"),
         ({"nominal": "-2"}, "nominal"),
         ({"justification": ""}, "justification"),
+        ({"nominal": "１２"}, "nominal"),  # fullwidth digits: Decimal() reads 12
+        ({"justification": "needs 8 \u202e61 rof"}, "justification"),  # right-to-left override
+        ({"justification": "zero\u200bwidth"}, "justification"),
     ],
 )
 def test_bad_requests_name_the_field_and_store_nothing(client, mia, data, field):
@@ -149,6 +152,13 @@ def test_bad_requests_name_the_field_and_store_nothing(client, mia, data, field)
     assert response.status_code == 422
     assert list(response.context["form"].errors) == [field]
     assert QuotaRequest.objects.count() == 0
+
+
+def test_a_justification_on_several_lines_is_fine(client, mia):
+    client.force_login(mia)
+    response = file_request(client, justification="A sweep of 40 runs.\r\n\tDue Friday.")
+    assert response.status_code == 302
+    assert QuotaRequest.objects.get().justification == "A sweep of 40 runs.\r\n\tDue Friday."
 
 
 def test_an_admin_approves_and_the_quota_changes_audited(client, mia, ada, h100_nodes):

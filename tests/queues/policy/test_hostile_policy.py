@@ -242,3 +242,11 @@ def test_a_long_text_on_the_policy_page_is_refused_whole_never_cut(admin_client_
     assert page.context["problems"] == [
         f"yaml: the file is {len(text):,} bytes; at most {MAX_POLICY_BYTES:,}"
     ]
+
+
+def test_an_amount_in_fullwidth_digits_is_refused_naming_where():
+    text = example_with("{nominal: 8, borrowing_limit: 8}", "{nominal: '８', borrowing_limit: 8}")
+
+    assert rejected(text) == [
+        "teams[vision].quotas.h100-80gb.nominal: '８': write the number in ASCII digits (0-9)"
+    ]
