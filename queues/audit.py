@@ -75,6 +75,11 @@ def audit_context(
     """Entries written inside carry ``actor`` (a user, or None), ``source``, the address and,
     for a login, ``via``: the identity provider that vouched for the change. Contexts nest: the
     innermost wins, and the outer one is back when it ends."""
+    outer = _context.get()
+    if remote_addr is None and outer is not None:
+        # An inner context (the API's, once DRF has found the token's user) keeps the request's
+        # address that the middleware's outer context knows.
+        remote_addr = outer.remote_addr
     token = _context.set(_Context(actor, source, remote_addr, via))
     try:
         yield

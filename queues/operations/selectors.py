@@ -15,7 +15,8 @@ from typing import Any
 
 from auditlog.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Q, QuerySet
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import DateTimeField, Q, QuerySet
 
 from portal.formatting import format_datetime
 from queues import admission as engine
@@ -295,14 +296,30 @@ def audit_changes(entry: LogEntry) -> list[tuple[str, str, str]]:
                 rows.append((name, "", f"{change.get('operation', '')} {objects}".strip()))
         else:
             old, new = change if len(change) == 2 else ("", change)
-            rows.append(
-                (
-                    name,
-                    "" if old in (None, "None") else str(old),
-                    "" if new in (None, "None") else str(new),
-                )
-            )
+            rows.append((name, _audit_value(entry, name, old), _audit_value(entry, name, new)))
     return rows
+
+
+def _audit_value(entry: LogEntry, name: str, raw: Any) -> str:
+    """A value as the audit stored it (text), as people read it: a related object by its name,
+    not its id ("ada", not "13"); a time to the second in UTC, not with microseconds."""
+    if raw in (None, "None", ""):
+        return ""
+    text = str(raw)
+    model = entry.content_type.model_class() if entry.content_type_id else None
+    try:
+        field = model._meta.get_field(name) if model is not None else None
+    except FieldDoesNotExist:
+        field = None
+    if field is not None and field.many_to_one and field.related_model is not None:
+        related = field.related_model._default_manager.filter(pk=text).first()
+        return str(related) if related is not None else f"#{text} (deleted)"
+    if isinstance(field, DateTimeField):
+        try:
+            return format_datetime(datetime.fromisoformat(text).replace(microsecond=0))
+        except ValueError:
+            return text
+    return text
 
 
 # --- Nodes ---------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import getpass
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +43,12 @@ class Command(BaseCommand):
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot read {file}: {exc.strerror}") from exc
+        # No portal user runs a command: the entries name the file (and its content's digest,
+        # to find the commit it came from) and who ran the command on this machine.
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+        via = f"policy file {file.name} (sha256 {digest}) applied by {_os_user()}"
         try:
-            with audit_context(actor=None, source=AuditSource.FILE):
+            with audit_context(actor=None, source=AuditSource.FILE, via=via):
                 report = policy_apply(text=text, dry_run=dry_run, prune=prune)
         except PolicyError as exc:
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
@@ -59,3 +65,11 @@ class Command(BaseCommand):
             )
             return
         self.stdout.write(report.render())
+
+
+def _os_user() -> str:
+    """Who ran the command on this machine (the login name, or the numeric id without one)."""
+    try:
+        return f"OS user {getpass.getuser()}"
+    except (KeyError, OSError):
+        return "an OS user without a name"

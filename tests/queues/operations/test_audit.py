@@ -4,6 +4,7 @@ bulk writes recorded; nobody edits or deletes an entry; a dry run names portal e
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -96,8 +97,17 @@ def test_a_policy_file_is_recorded_as_file_and_its_bulk_writes_too(example_polic
     )
     call_command("apply_policy", str(policy), stdout=io.StringIO())
 
+    import getpass
+    import hashlib
+
+    digest = hashlib.sha256(policy.read_bytes()).hexdigest()[:12]
+    via = f"policy file policy.yaml (sha256 {digest}) applied by OS user {getpass.getuser()}"
     quota_entry = entries_for(vision_h100())[-1]
-    assert (quota_entry.actor, quota_entry.additional_data) == (None, {"source": "file"})
+    # No portal user: the entry names the file, its content's digest and who ran the command.
+    assert (quota_entry.actor, quota_entry.additional_data) == (
+        None,
+        {"source": "file", "via": via},
+    )
     assert quota_entry.changes_dict == {"nominal": ["8.000", "6.000"]}
     # bulk_create fires no signals: the weights are recorded explicitly.
     weights = RateCardWeight.objects.filter(rate_card__effective_from__year=2030)
@@ -105,7 +115,7 @@ def test_a_policy_file_is_recorded_as_file_and_its_bulk_writes_too(example_polic
     for weight in weights:
         (entry,) = entries_for(weight)
         assert entry.action == LogEntry.Action.CREATE
-        assert entry.additional_data == {"source": "file"}
+        assert entry.additional_data == {"source": "file", "via": via}
         assert entry.changes_dict["weight"] == ["None", str(weight.weight)]
 
 
@@ -232,3 +242,37 @@ def test_a_reservation_changed_in_the_django_admin_is_validated_and_audited(
         {"source": "admin"},
         {"amount": ["8.000", "12.000"]},
     )
+
+
+def test_the_audit_page_names_related_objects_and_shows_times_to_the_second(
+    client, ada, mia, h100_nodes
+):
+    # It showed "decided_by: ∅ → 13" and times with microseconds.
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from queues.models import GpuClass
+    from queues.operations.services import quota_request_file
+
+    request = quota_request_file(
+        by=mia,
+        team=Team.objects.get(name="vision"),
+        gpu_class=GpuClass.objects.get(name="h100-80gb"),
+        nominal=Decimal(9),
+        borrowing_limit=Decimal(8),
+        justification="a sweep",
+        now=timezone.now(),
+    )
+    client.force_login(ada)
+    declined = client.post(f"/manage/requests/{request.pk}/decline", {"reason": "not now"})
+    assert declined.status_code == 302
+    request.refresh_from_db()
+
+    page = client.get("/manage/audit/", {"model": "quotarequest"}).content.decode()
+
+    assert "<code>decided_by</code>: ∅ → ada</li>" in page
+    decided = request.decided_at.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    assert f"<code>decided_at</code>: ∅ → {decided}</li>" in page
+    changes = " ".join(re.findall(r'<ul class="plain changes">(.*?)</ul>', page, re.S))
+    assert not re.search(r"\d{2}:\d{2}:\d{2}\.\d{6}", changes)

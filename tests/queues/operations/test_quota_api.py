@@ -38,6 +38,7 @@ def test_an_admin_reads_the_grid_and_raises_a_quota_audited_as_the_api(api_as, a
     assert entry is not None
     assert entry.actor == ada
     assert entry.additional_data["source"] == "api"
+    assert entry.remote_addr == "127.0.0.1"  # the caller's address, as for page edits
     assert entry.changes_dict["nominal"] == [str(before.nominal), "3.000"]
 
 
