@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -15,6 +16,7 @@ from django.db.models import F, Model, ProtectedError
 from django.utils import timezone
 
 from portal.formatting import display, format_datetime
+from queues.admission.capability import parse_share
 from queues.audit import AuditSource, audit_changed, audit_created, audit_members
 from queues.models import (
     CapabilityClass,
@@ -44,6 +46,7 @@ from queues.policy.parse import (
     peak_reserved,
     policy_overlay,
 )
+from queues.rates import gpu_amount
 
 SECTION_MODELS: dict[str, type[Model]] = {
     "gpu_classes": GpuClass,
@@ -240,14 +243,17 @@ def _rate_card_rewrites(current: Policy, wanted: Policy) -> list[Problem]:
 
 
 def _overcommitments(result: Policy, *, now: datetime) -> list[Problem]:
-    """Quotas plus peak reservations of each GPU class must fit its healthy capacity, if known."""
-    capacity: Counter[str] = Counter()
+    """Quotas plus peak reservations of each GPU class must fit its healthy capacity, if known,
+    in GPU-equivalents: a node cut into MIG slices offers its slices' shares (an A100 cut into
+    3g.40gb + 2g.20gb + 1g.10gb is 6/7 of a GPU), as the policy being applied defines them."""
+    capacity: dict[str, Fraction] = {}
     nodes: Counter[str] = Counter()
     product_to_class = {f["product"]: name for name, f in result["gpu_classes"].items()}
     for node in Node.objects.filter(healthy=True).select_related("gpu_class"):
         name = node.gpu_class.name if node.gpu_class else product_to_class.get(node.product)
-        if name is not None:
-            capacity[name] += node.gpu_count
+        if name is not None and name in result["gpu_classes"]:
+            spec = result["gpu_classes"][name]
+            capacity[name] = capacity.get(name, Fraction(0)) + _node_gpu_equivalents(node, spec)
             nodes[name] += 1
     problems = []
     for gpu_class in result["gpu_classes"]:
@@ -277,10 +283,22 @@ def _overcommitments(result: Policy, *, now: datetime) -> list[Problem]:
                     None,
                     f"quotas ({display(quotas)}) plus reservations ({display(reserved)}{when}) "
                     f"promise {display(quotas + reserved)} GPUs, but the cluster has "
-                    f"{capacity[gpu_class]} on {nodes[gpu_class]} healthy node(s)",
+                    f"{display(gpu_amount(capacity[gpu_class]))} on {nodes[gpu_class]} healthy "
+                    "node(s)",
                 )
             )
     return problems
+
+
+def _node_gpu_equivalents(node: Node, spec: Mapping[str, Any]) -> Fraction:
+    """What a node offers in GPU-equivalents under the class ``spec`` (the policy's)."""
+    if node.mig_layout:
+        shares = {p: parse_share(s) for p, s in (spec.get("mig_profiles") or {}).items()}
+        return sum(
+            (count * shares[p] for p, count in node.mig_layout.items() if p in shares),
+            Fraction(0),
+        )
+    return Fraction(node.gpu_count)
 
 
 def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None:

@@ -128,3 +128,38 @@ def test_the_grid_shows_use_and_jobs_held_back(mia, h100_nodes):
     )
     assert grid.totals["h100-80gb"] == Decimal("20.000")
     assert timezone.now()  # the grid reads stored rows only
+
+
+def test_a_mig_cut_node_counts_its_slices_not_its_gpus_against_quotas(example_policy):
+    # Two whole A100 nodes and one cut into 28 × 1g.10gb and 8 × 3g.40gb (28/7 + 24/7): 23.429
+    # GPU-equivalents. Counted as 8 GPUs, quotas of 24 were accepted.
+    from decimal import Decimal
+
+    from queues.models import GpuClass, Node
+    from queues.operations.services import quota_update
+    from queues.policy.parse import PolicyError
+
+    a100 = GpuClass.objects.get(name="a100-80gb")
+    for name in ("a100-01", "a100-02"):
+        Node.objects.create(name=name, gpu_class=a100, product=a100.product, gpu_count=8)
+    Node.objects.create(
+        name="a100-03",
+        gpu_class=a100,
+        product=a100.product,
+        gpu_count=8,
+        mig_layout={"1g.10gb": 28, "3g.40gb": 8},
+    )
+
+    # The other teams hold 10: vision may have 13 (23 in all), not 14 (24).
+    quota_update(
+        team="vision", gpu_class="a100-80gb", nominal=Decimal(13), borrowing_limit=Decimal(4)
+    )
+    with pytest.raises(PolicyError) as refused:
+        quota_update(
+            team="vision", gpu_class="a100-80gb", nominal=Decimal(14), borrowing_limit=Decimal(4)
+        )
+
+    assert [str(p) for p in refused.value.problems] == [
+        "gpu_classes[a100-80gb]: quotas (24) plus reservations (0) promise 24 GPUs, but the "
+        "cluster has 23.429 on 3 healthy node(s)"
+    ]
