@@ -22,6 +22,7 @@ from queues.models import (
     CapacitySample,
     ClusterStatus,
     FairShareSettings,
+    GpuClass,
     Job,
     JobState,
     MetricCounter,
@@ -35,6 +36,8 @@ from queues.models import (
     Team,
     TeamStats,
 )
+from queues.operations.selectors import quota_use
+from queues.rates import gpu_amount
 
 Bucket = Literal["hour", "day"]
 STATES = ("in_use", "free", "reserved_idle", "unhealthy", "maintenance", "outside")
@@ -282,7 +285,8 @@ def queue_waits(*, since: date) -> list[QueueWaits]:
 class TeamClassUse:
     team: str
     gpu_class: str
-    held: Decimal
+    held: Decimal  # every job of the team on the class, reservations' included
+    on_quota: Decimal  # what of it its quota carries (nominal and borrowed; the quota grid's)
     nominal: Decimal
     borrowing_limit: Decimal
     weight: Decimal | None
@@ -294,7 +298,14 @@ class TeamClassUse:
 
     @property
     def borrowed(self) -> Decimal:
-        return max(self.held - self.nominal, Decimal(0))
+        """What the team holds on its quota beyond its nominal share. Jobs on its reservations
+        (or on one that ended while they ran) are not borrowed."""
+        return max(self.on_quota - self.nominal, Decimal(0))
+
+    @property
+    def reserved(self) -> Decimal:
+        """What the team holds on reservations."""
+        return max(self.held - self.on_quota, Decimal(0))
 
 
 @dataclass(frozen=True)
@@ -324,6 +335,11 @@ def team_usage(*, now: datetime) -> tuple[list[TeamClassUse], list[Standing]]:
         for q in Quota.objects.select_related("team", "gpu_class")
     }
     stats = {s.team_id: s for s in TeamStats.objects.all()}
+    class_names = dict(GpuClass.objects.values_list("pk", "name"))
+    on_quota = {
+        (team_id, class_names[class_id]): gpu_amount(amount)
+        for (team_id, class_id), amount in quota_use().items()
+    }
     uses: list[TeamClassUse] = []
     standings: list[tuple[Decimal, str, Decimal, Decimal]] = []
     for team in Team.objects.active():
@@ -337,6 +353,7 @@ def team_usage(*, now: datetime) -> tuple[list[TeamClassUse], list[Standing]]:
                     team=team.name,
                     gpu_class=gpu_class,
                     held=held.get(gpu_class, Decimal(0)),
+                    on_quota=on_quota.get((team.pk, gpu_class), Decimal(0)),
                     nominal=quota.nominal if quota else Decimal(0),
                     borrowing_limit=quota.borrowing_limit if quota else Decimal(0),
                     weight=weights.get(gpu_class),

@@ -107,3 +107,34 @@ def test_the_page_shows_what_the_reconcile_saw(sim_cluster, example_policy, ada,
     assert len(nodes) == 1
     assert row(html, "node-h100-05")[5:7] == ["cordoned", "NVLink replacement"]
     assert row(html, "node-l4-04")[5] == "unhealthy"
+
+
+def test_gpus_a_team_holds_on_its_reservation_are_not_borrowed(
+    sim_cluster, example_policy, ada, sara
+):
+    # Search holds 4 L4s on its reservation (search-inference) and 1 on its quota: the Teams
+    # table said "borrowed 3" where the quota grid said using 1 of a nominal 2.
+    cluster = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    for queue, capability, gpus in (("inference", "inference-16gb", 4), ("batch", "fp8", 1)):
+        JobFactory(
+            owner=sara,
+            team=Team.objects.get(name="search"),
+            queue=Queue.objects.get(name=queue),
+            capability_class=CapabilityClass.objects.get(name=capability),
+            gpus_per_pod=gpus,
+            env={"SIM_DURATION_SECONDS": "3600"},
+        )
+    for _ in range(3):
+        reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+        sim_cluster.advance(10)
+    cluster.close()
+
+    html = client_for(ada).get("/ops/").content.decode()
+    teams = re.search(r'data-testid="team-usage">(.*?)</table>', html, re.S).group(1)
+    cells = [
+        re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", teams, re.S)
+    ]
+    search_l4 = next(c for c in cells if c[:2] == ["search", "l4"])
+
+    # held, normalized, nominal, borrowing limit, borrowed, on reservations
+    assert search_l4[2:] == ["5", "5", "2", "2", "0", "4"]
