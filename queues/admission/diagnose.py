@@ -211,7 +211,7 @@ def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
         amount = state.res_amount[rid]
         used = state.res_used[rid]
         message = (
-            f"team {team}: reservation {rid} ({gpu_class}) {eq_text(state, used)}/"
+            f"team {team}: {state.reservations[rid].label} ({gpu_class}) {eq_text(state, used)}/"
             f"{eq_text(state, amount)} in use (needs {eq_text(state, ask.demand[gpu_class])})"
         )
         details = {
@@ -238,13 +238,14 @@ def _reservation_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     )
     if upcoming:
         start, rid = upcoming[0]
-        message = f"team {team}'s reservation {rid} ({gpu_class}) starts {time_text(start)}"
-        hint = f"the job can start when reservation {rid} opens at {time_text(start)}"
+        label = state.reservations[rid].label
+        message = f"team {team}'s {label} ({gpu_class}) starts {time_text(start)}"
+        hint = f"the job can start when {label} opens at {time_text(start)}"
         details = {**base, "reservation_id": rid, "starts_at": start.isoformat()}
         return PendingReason(ReasonCode.RESERVATION_WINDOW, message, details, hint)
     rid = rids[-1]
     ended = state.reservations[rid].end
-    message = f"team {team}'s reservation {rid} ({gpu_class}) has ended"
+    message = f"team {team}'s {state.reservations[rid].label} ({gpu_class}) has ended"
     details = {**base, "reservation_id": rid, "ended_at": ended.isoformat() if ended else None}
     return PendingReason(ReasonCode.RESERVATION_WINDOW, message, details)
 
@@ -399,7 +400,8 @@ def _reserved_cause(
     unreserved = max(0, usable)
     idle = free - unreserved
     who = (
-        ", ".join(f"reservation {rid} of team {team}" for rid, team, _ in holders) or "reservations"
+        ", ".join(f"{state.reservations[rid].label} of team {team}" for rid, team, _ in holders)
+        or "reservations"
     )
     message = (
         f"{eq_text(state, free)} {gpu_class} GPUs are free but {eq_text(state, idle)} of them are "
@@ -427,7 +429,7 @@ def _reserved_cause(
         if ends:
             end, rid = ends[0]
             assert end is not None
-            hint = f"reservation {rid} ends at {time_text(end)}"
+            hint = f"{state.reservations[rid].label} ends at {time_text(end)}"
     return PendingReason(ReasonCode.RESERVED_CAPACITY, message, details, hint)
 
 

@@ -866,7 +866,8 @@ def _reclaimable(state: State, ask: Ask, alloc: Alloc, option: Option) -> bool:
 def _preemption_reason(state: State, ask: Ask, victim: Alloc, option: Option) -> str:
     kind, rid, _ = option
     if kind is CapacityKind.RESERVED:
-        why = f"reservation {rid} of team {ask.job.team} reclaims its {victim.gpu_class} GPUs"
+        label = state.reservations[rid].label if rid is not None else "a reservation"
+        why = f"{label} of team {ask.job.team} reclaims its {victim.gpu_class} GPUs"
     elif victim.kind is CapacityKind.BORROWED:
         why = f"team {ask.job.team} reclaims its nominal {victim.gpu_class} quota"
     else:

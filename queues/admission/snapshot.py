@@ -205,6 +205,12 @@ class Reservation:
     queue: str | None = None
     start: datetime | None = None
     end: datetime | None = None
+    name: str = ""  # as people know it (reasons name it); empty: its id is all there is
+
+    @property
+    def label(self) -> str:
+        """``reservation nlp-conference-run`` (``reservation 3`` without a name)."""
+        return f"reservation {self.name or self.id}"
 
     def active_at(self, when: datetime) -> bool:
         return (self.start is None or self.start <= when) and (self.end is None or when < self.end)

@@ -450,6 +450,7 @@ def reservation_impact(
             *others,
             engine.Reservation(
                 id=existing if existing is not None else -1,
+                name=name,
                 team=fields["team"],
                 gpu_class=fields["gpu_class"],
                 amount=Fraction(str(fields["amount"])),

@@ -183,6 +183,7 @@ def snapshot_build(
         reservations=tuple(
             engine.Reservation(
                 id=r.pk,
+                name=r.name,
                 team=r.team.name,
                 gpu_class=r.gpu_class.name,
                 amount=fraction(r.amount),

@@ -329,6 +329,7 @@ def test_reservation_window_says_when_the_reservation_opens() -> None:
                     queue="inference",
                     start=NOW + timedelta(hours=2),
                     end=NOW + timedelta(hours=10),
+                    name="launch-week",
                 )
             ],
             pending=[pending(10, "serving", "inference", gpus=2)],
@@ -336,9 +337,17 @@ def test_reservation_window_says_when_the_reservation_opens() -> None:
     )
     [reason] = reasons_of(result, 10)
     assert reason.code is ReasonCode.RESERVATION_WINDOW
-    assert reason.message == "team serving's reservation 5 (h100-80gb) starts 2025-03-03 14:00 UTC"
+    # Named as people know it (it said "reservation 5"); the id stays in the details.
+    assert (
+        reason.message
+        == "team serving's reservation launch-week (h100-80gb) starts 2025-03-03 14:00 UTC"
+    )
     assert reason.details["starts_at"] == "2025-03-03T14:00:00+00:00"
-    assert reason.hint == "the job can start when reservation 5 opens at 2025-03-03 14:00 UTC"
+    assert reason.details["reservation_id"] == 5
+    assert (
+        reason.hint
+        == "the job can start when reservation launch-week opens at 2025-03-03 14:00 UTC"
+    )
     assert result.status(10).estimated_start.at == NOW + timedelta(hours=2)  # type: ignore[union-attr]
 
 
