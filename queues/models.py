@@ -775,6 +775,15 @@ class Job(models.Model):
         """Still changing: active, or its pods are still terminating."""
         return self.is_active or self.terminating
 
+    def stopping_until(self) -> datetime | None:
+        """When a stopping job's pods are gone at the latest: its queue's grace period from when
+        it was stopped (its latest event). None unless its pods are terminating. The reconcile's
+        snapshot reads the same for every stopping job at once (``queues.reconcile.snapshot``)."""
+        if not self.terminating:
+            return None
+        stopped = self.events.order_by("-at").values_list("at", flat=True).first()
+        return None if stopped is None else stopped + self.queue.termination_grace
+
 
 class EventKind(models.TextChoices):
     """What happened to a job, as its timeline and the API name it."""

@@ -760,6 +760,7 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
         releases = sorted(
             (
                 alloc.end,
+                alloc.stopping,
                 sum(
                     s.devices
                     for s in alloc.spots
@@ -774,14 +775,21 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
         state.memo[memo_key] = releases
     assert isinstance(releases, list)
     freed = 0
-    for end, devices in releases:
+    stopping = running = False
+    for end, is_stopping, devices in releases:
         freed += devices
+        stopping, running = stopping or is_stopping, running or not is_stopping
         if freed >= short:
+            how = (
+                "as stopping jobs' pods end their grace period"
+                if not running
+                else "as stopping jobs end and running jobs reach their runtime limits"
+                if stopping
+                else "as running jobs reach their runtime limits"
+            )
             return (
                 f"{plural(short, 'more ' + UNIT_WORDS[ask.mode])} "
-                f"{'frees' if short == 1 else 'free'} up by "
-                f"{time_text(end)} "
-                "as running jobs reach their runtime limits"
+                f"{'frees' if short == 1 else 'free'} up by {time_text(end)} {how}"
             )
     return ""
 

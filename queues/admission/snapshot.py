@@ -245,7 +245,8 @@ class RunningJob:
     reservation_id: ReservationId | None = None
     unschedulable: str = ""
     # Ended (cancelled, preempted, failed) with its pods still stopping: it holds its GPUs
-    # until they are gone (``started_at + runtime_limit`` bounds that) and cannot be preempted.
+    # until they are gone and cannot be preempted. ``started_at`` is then when it was stopped
+    # and ``runtime_limit`` its grace period: their sum is when the pods are gone at the latest.
     terminating: bool = False
     forecast: Forecast | None = None
 

@@ -143,6 +143,7 @@ class Alloc:
     grace: timedelta
     lost_work: timedelta
     live: bool = True
+    stopping: bool = False  # its pods are terminating: ``end`` is their grace period's end
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +423,7 @@ class State:
             preemptible=preemption is not PreemptionClass.NEVER and not job.terminating,
             grace=queue.grace_period if queue else timedelta(0),
             lost_work=lost_work(job, self.now),
+            stopping=job.terminating,
         )
         self.take(alloc)
 

@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from django.contrib.auth import get_user_model
-from django.db.models import F, Prefetch
+from django.db.models import F, Max, Prefetch
 
 from queues import admission as engine
 from queues.cluster.nodes import GPU_RESOURCE, LIFECYCLE_TAINTS
@@ -474,6 +474,13 @@ def _running(
     the latest its queue's termination grace from now."""
     classes = {g.pk: g for g in GpuClass.objects.all()}
     graces = {q.name: q.termination_grace for q in Queue.objects.all()}
+    # When each stopping job was stopped: its latest event (cancelled, preempted, failed…).
+    stopped_at = dict(
+        JobEvent.objects.filter(job__terminating=True)
+        .values("job_id")
+        .annotate(at=Max("at"))
+        .values_list("job_id", "at")
+    )
     shares: dict[tuple[int, str, int], Fraction] = {}
     rows = (
         Job.objects.holding_gpus()
@@ -540,7 +547,10 @@ def _running(
         )
         terminating = state not in GPU_HOLDING_STATES
         if terminating:
-            started_at, runtime_limit = now, graces.get(queue, DEFAULT_TERMINATION_GRACE)
+            # Its pods are gone by the end of the grace period that began when it was stopped
+            # (not a grace period from now: that end moved later with every cycle).
+            started_at = min(stopped_at.get(pk, now), now)
+            runtime_limit = graces.get(queue, DEFAULT_TERMINATION_GRACE)
         running.append(
             engine.RunningJob(
                 id=pk,

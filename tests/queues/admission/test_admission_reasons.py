@@ -870,3 +870,34 @@ def test_a_job_that_fits_only_tainted_nodes_and_only_smaller_says_both() -> None
         "queue training does not tolerate (h-big: gpu-test:NoSchedule), and only with less CPU "
         "or memory per pod than 32 CPU cores and 4,096 MiB"
     )
+
+
+def test_gpus_of_a_stopping_job_free_at_the_end_of_its_grace_period() -> None:
+    """A cancelled job whose pods are still terminating holds its GPUs until its grace period
+    ends; the waiting job is told so, with that time, not "as running jobs reach their runtime
+    limits"."""
+    result = plan(
+        snapshot(
+            nodes=[node("n1", gpus=4)],
+            teams=[team("vision", {H100: 16})],
+            running=[
+                running(1, "vision", "n1", 2, runtime=timedelta(hours=4)),
+                running(
+                    2,
+                    "vision",
+                    "n1",
+                    2,
+                    started=timedelta(seconds=10),
+                    runtime=timedelta(seconds=30),
+                    terminating=True,
+                ),
+            ],
+            pending=[pending(10, "vision", gpus=2)],
+        )
+    )
+    [reason] = reasons_of(result, 10)
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.hint == (
+        "2 more GPUs free up by 2025-03-03 12:00 UTC as stopping jobs' pods end their grace period"
+    )
+    assert result.status(10).estimated_start.at == NOW + timedelta(seconds=20)  # type: ignore[union-attr]

@@ -445,3 +445,24 @@ def test_the_logs_part_says_the_cluster_does_not_answer_and_why(
 
     assert "Logs unavailable: the cluster does not answer, try again later." in page
     assert "etcd is down" in page  # the cause, in small print that wraps on a phone
+
+
+def test_a_stopping_job_says_when_its_pods_are_gone(mia):
+    from django.utils import timezone
+
+    from queues.models import EventKind, JobEvent
+
+    job = submit(mia)
+    stopped = timezone.now().replace(microsecond=0) + timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, terminating=True)
+    JobEvent.objects.create(job=job, at=stopped, kind=EventKind.CANCELLED, message="cancelled")
+    grace = job.queue.termination_grace
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    until = (stopped + grace).isoformat()
+    assert (
+        '<span class="terminating" data-testid="stopping">· stopping: its pods are ending' in html
+    )
+    assert f'gone by <time datetime="{until}"' in html
+    assert "its GPUs are held until then" in html

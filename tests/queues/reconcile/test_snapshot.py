@@ -187,7 +187,8 @@ def test_reads_do_not_grow_with_jobs(cluster, mia, django_assert_max_num_queries
     # a fixed number: the policy, the running and waiting jobs, and the names of the waiting
     # jobs' queues, teams, owners and capability classes (one query each, not one per job); on
     # PostgreSQL one more, the waiting jobs' row versions, before their rows
-    with django_assert_max_num_queries(25 if connection.vendor == "postgresql" else 24):
+    # (one of them: when each stopping job was stopped, for its grace period's end)
+    with django_assert_max_num_queries(26 if connection.vendor == "postgresql" else 25):
         snapshot = snapshot_build(now=timezone.now())
 
     assert len(snapshot.pending) == 30
@@ -298,3 +299,35 @@ def test_fair_share_reads_whole_only_usage_written_since_the_last_snapshot(
             if '"share_numerator"' in q["sql"] and "row_version" in q["sql"]
         ]
         assert len(whole) == 1 and f"IN ({still_open.pk})" in whole[0]
+
+
+def test_a_stopping_jobs_grace_period_runs_from_when_it_was_stopped(cluster, mia):
+    # It ran from "now" at every cycle, so its end (and every estimate behind it) moved later
+    # with each one and never came.
+    from queues.models import EventKind, JobEvent, JobState
+
+    stopped = timezone.now() - timedelta(seconds=10)
+    job = JobFactory(
+        owner=mia,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="batch"),
+        capability_class=CapabilityClass.objects.get(name="min-40gb"),
+        gpus_per_pod=2,
+        state=JobState.CANCELLED,
+        terminating=True,
+        gpu_class=GpuClass.objects.get(name="a100-80gb"),
+        nodes=["a100-1"],
+        started_at=stopped - timedelta(hours=1),
+    )
+    JobEvent.objects.create(job=job, at=stopped, kind=EventKind.CANCELLED, message="cancelled")
+    grace = Queue.objects.get(name="batch").termination_grace
+
+    ends = []
+    for later in (0, 5, 25):
+        snapshot = snapshot_build(now=stopped + timedelta(seconds=10 + later))
+        (held,) = [r for r in snapshot.running if r.id == job.pk]
+        assert held.terminating
+        ends.append(held.started_at + held.runtime_limit)
+
+    assert ends == [stopped + grace] * 3
+    assert job.stopping_until() == stopped + grace
