@@ -325,6 +325,18 @@ def _audit_value(entry: LogEntry, name: str, raw: Any) -> str:
 # --- Nodes ---------------------------------------------------------------------------------------
 
 
+def class_capacity(gpu_class: GpuClass) -> tuple[Fraction, int]:
+    """GPU-equivalents the class's healthy nodes offer (MIG-cut ones their slices' shares), and
+    how many nodes that is (0: the portal has seen none of the class yet)."""
+    total, count = Fraction(0), 0
+    for gpus, layout in Node.objects.filter(gpu_class=gpu_class, healthy=True).values_list(
+        "gpu_count", "mig_layout"
+    ):
+        total += gpu_class.node_capacity(gpus, layout or {})
+        count += 1
+    return total, count
+
+
 def nodes_by_selector(*, names: list[str], rack: str, gpu_class: str) -> QuerySet[Node]:
     """The nodes a drain names: by name, by rack, or every node of a GPU class."""
     nodes = Node.objects.select_related("gpu_class").order_by("name")

@@ -28,10 +28,11 @@ from queues.models import (
     QuotaRequestStatus,
     Team,
 )
-from queues.operations.selectors import quota_evidence
+from queues.operations.selectors import class_capacity, quota_evidence
 from queues.policy.apply import PolicyReport, policy_apply, policy_edit, policy_remove
 from queues.policy.export import dump_policy, policy_current
 from queues.policy.parse import PolicyError, Problem, load_policy_text, no_roles
+from queues.rates import gpu_amount
 
 
 class RequestDecided(Exception):
@@ -195,6 +196,15 @@ def _return_one(cluster: Cluster, node: Node) -> None:
 # --- Quota requests ---------------------------------------------------------------------------
 
 
+class QuotaRequestRefused(Exception):
+    """A quota request no admin could grant, with the field and the numbers."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
 def quota_request_file(
     *,
     by: Any,
@@ -209,6 +219,14 @@ def quota_request_file(
     theirs); the evidence is what the portal knows now, stored with the request."""
     if not team.members.filter(pk=by.pk).exists():
         raise PermissionError(f"{by.get_username()} is not a member of team {team.name}")
+    capacity, nodes = class_capacity(gpu_class)
+    if nodes and nominal > capacity:
+        # A nominal quota is a promise: more than the class has in all can never be promised.
+        raise QuotaRequestRefused(
+            "nominal",
+            f"the cluster has {display(gpu_amount(capacity))} {gpu_class.name} GPUs in all "
+            f"({nodes} healthy node{'s' if nodes != 1 else ''}): ask for at most that",
+        )
     return QuotaRequest.objects.create(
         team=team,
         gpu_class=gpu_class,

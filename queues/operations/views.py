@@ -55,6 +55,7 @@ from queues.operations.selectors import (
 from queues.operations.services import (
     EDITABLE_SECTIONS,
     NodeActionFailed,
+    QuotaRequestRefused,
     RequestDecided,
     node_drain,
     node_return,
@@ -330,17 +331,21 @@ def request_new(request: HttpRequest) -> HttpResponse:
     form = QuotaRequestForm(request.POST or None, user=request.user, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        filed = quota_request_file(
-            by=request.user,
-            team=data["team"],
-            gpu_class=data["gpu_class"],
-            nominal=data["nominal"],
-            borrowing_limit=data["borrowing_limit"],
-            justification=data["justification"],
-            now=timezone.now(),
-        )
-        messages.success(request, f"Quota request {filed.pk} filed; an admin decides.")
-        return redirect("quota_requests:detail", request_id=filed.pk)
+        try:
+            filed = quota_request_file(
+                by=request.user,
+                team=data["team"],
+                gpu_class=data["gpu_class"],
+                nominal=data["nominal"],
+                borrowing_limit=data["borrowing_limit"],
+                justification=data["justification"],
+                now=timezone.now(),
+            )
+        except QuotaRequestRefused as refused:
+            form.add_error(refused.field, refused.message)
+        else:
+            messages.success(request, f"Quota request {filed.pk} filed; an admin decides.")
+            return redirect("quota_requests:detail", request_id=filed.pk)
     return render(
         request,
         "operations/request_new.html",

@@ -285,3 +285,20 @@ def test_a_job_held_back_by_quota_links_to_a_prefilled_request(client, mia, exam
     assert '<a href="/quota-requests/new?team=vision&amp;gpu_class=h100-80gb">' in page
     form = client.get("/quota-requests/new?team=vision&gpu_class=h100-80gb").context["form"]
     assert (form["team"].value(), form["gpu_class"].value()) == ("vision", "h100-80gb")
+
+
+def test_a_request_for_more_than_the_class_has_is_refused_with_the_numbers(
+    client, mia, h100_nodes
+):
+    # 100,000 A100s were accepted; five H100 nodes of 8 have 40.
+    client.force_login(mia)
+
+    response = file_request(client, nominal="100000")
+
+    assert response.status_code == 422
+    assert response.context["form"].errors == {
+        "nominal": [
+            "the cluster has 40 h100-80gb GPUs in all (5 healthy nodes): ask for at most that"
+        ]
+    }
+    assert QuotaRequest.objects.count() == 0
