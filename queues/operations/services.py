@@ -4,11 +4,13 @@ cluster adapter, quota requests. Each is keyword-only and audited (see ``queues.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from portal.formatting import display, format_datetime
 from queues.audit import audit_action
@@ -31,8 +33,14 @@ from queues.models import (
 from queues.operations.selectors import class_capacity, quota_evidence
 from queues.policy.apply import PolicyReport, policy_apply, policy_edit, policy_remove
 from queues.policy.export import dump_policy, policy_current
-from queues.policy.parse import PolicyError, Problem, load_policy_text, no_roles
-from queues.rates import gpu_amount
+from queues.policy.parse import (
+    PolicyError,
+    Problem,
+    load_policy_text,
+    no_roles,
+    peak_reserved,
+)
+from queues.rates import GPU_AMOUNT_PLACES, gpu_amount
 
 
 class RequestDecided(Exception):
@@ -63,7 +71,61 @@ def quota_update(
         raise PolicyError([Problem(f"gpu_classes[{gpu_class}]", None, "no such GPU class")])
     fields = copy.deepcopy(current["teams"][team])
     fields["quotas"][gpu_class] = {"nominal": nominal, "borrowing_limit": borrowing_limit}
-    return policy_edit(sections={"teams": {team: fields}})
+    try:
+        return policy_edit(sections={"teams": {team: fields}})
+    except PolicyError as refused:
+        most = _most_nominal(current, team=team, gpu_class=gpu_class)
+        if most is None or nominal <= most.value:
+            raise
+        capacity, others, reserved = most.parts
+        raise PolicyError(
+            [
+                *refused.problems,
+                Problem(
+                    f"teams[{team}].quotas.{gpu_class}",
+                    "nominal",
+                    f"at most {display(most.value)} fits: the cluster's {display(capacity)} "
+                    f"less the other teams' nominal {display(others)} and the reservations' "
+                    f"{display(reserved)}",
+                ),
+            ]
+        ) from refused
+
+
+@dataclass(frozen=True)
+class _Most:
+    value: Decimal
+    parts: tuple[Decimal, Decimal, Decimal]  # capacity, other teams' nominal, peak reserved
+
+
+def _most_nominal(current: dict[str, Any], *, team: str, gpu_class: str) -> _Most | None:
+    """The largest nominal quota of ``gpu_class`` that ``team`` could be given now without
+    promising more than the class has (None: the class's nodes are not known yet)."""
+    gpu = GpuClass.objects.filter(name=gpu_class).first()
+    if gpu is None:
+        return None
+    capacity_eq, nodes = class_capacity(gpu)
+    if not nodes:
+        return None
+    capacity = gpu_amount(capacity_eq)
+    others = sum(
+        (
+            t["quotas"][gpu_class]["nominal"]
+            for name, t in current["teams"].items()
+            if name != team and gpu_class in t["quotas"]
+        ),
+        Decimal(0),
+    )
+    reserved, _ = peak_reserved(
+        [
+            (r["amount"], r["starts_at"], r["ends_at"])
+            for r in current["reservations"].values()
+            if r["gpu_class"] == gpu_class
+        ],
+        now=timezone.now(),
+    )
+    value = max(capacity - others - reserved, Decimal(0)).quantize(GPU_AMOUNT_PLACES, ROUND_DOWN)
+    return _Most(value, (capacity, others, reserved))
 
 
 # --- Maintenance ------------------------------------------------------------------------------

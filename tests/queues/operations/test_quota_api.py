@@ -52,7 +52,9 @@ def test_a_quota_over_the_class_capacity_is_refused_with_the_numbers(api_as, ada
     assert response.json() == {
         "non_field_errors": [
             "gpu_classes[h100-80gb]: quotas (33) plus reservations (8 at 2027-01-11T08:00:00Z) "
-            "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)"
+            "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)",
+            "teams[vision].quotas.h100-80gb.nominal: at most 20 fits: the cluster's 40 less the "
+            "other teams' nominal 12 and the reservations' 8",
         ]
     }
     quota = Quota.objects.get(team__name="vision", gpu_class__name="h100-80gb")

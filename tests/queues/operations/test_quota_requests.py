@@ -202,7 +202,9 @@ def test_an_approval_that_would_over_commit_is_refused_with_the_numbers(
 
     assert [str(m) for m in response.context["messages"]] == [
         "Not approved: gpu_classes[h100-80gb]: quotas (42) plus reservations (8 at "
-        "2027-01-11T08:00:00Z) promise 50 GPUs, but the cluster has 40 on 5 healthy node(s)"
+        "2027-01-11T08:00:00Z) promise 50 GPUs, but the cluster has 40 on 5 healthy node(s); "
+        "teams[vision].quotas.h100-80gb.nominal: at most 20 fits: the cluster's 40 less the "
+        "other teams' nominal 12 and the reservations' 8"
     ]
     request.refresh_from_db()
     assert request.status == "pending"

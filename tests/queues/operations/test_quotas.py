@@ -40,7 +40,10 @@ def test_it_refuses_a_quota_over_the_class_capacity_with_the_numbers(client, ada
     assert response.status_code == 422
     assert response.context["problems"] == [
         "gpu_classes[h100-80gb]: quotas (33) plus reservations (8 at 2027-01-11T08:00:00Z) "
-        "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)"
+        "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)",
+        # and the largest value that would be accepted, with where it comes from
+        "teams[vision].quotas.h100-80gb.nominal: at most 20 fits: the cluster's 40 less the "
+        "other teams' nominal 12 and the reservations' 8",
     ]
     assert (
         "promise 41 GPUs, but the cluster has 40 on 5 healthy node(s)" in response.content.decode()
@@ -161,5 +164,7 @@ def test_a_mig_cut_node_counts_its_slices_not_its_gpus_against_quotas(example_po
 
     assert [str(p) for p in refused.value.problems] == [
         "gpu_classes[a100-80gb]: quotas (24) plus reservations (0) promise 24 GPUs, but the "
-        "cluster has 23.429 on 3 healthy node(s)"
+        "cluster has 23.429 on 3 healthy node(s)",
+        "teams[vision].quotas.a100-80gb.nominal: at most 13.429 fits: the cluster's 23.429 "
+        "less the other teams' nominal 10 and the reservations' 0",
     ]
