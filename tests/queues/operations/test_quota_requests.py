@@ -289,9 +289,7 @@ def test_a_job_held_back_by_quota_links_to_a_prefilled_request(client, mia, exam
     assert (form["team"].value(), form["gpu_class"].value()) == ("vision", "h100-80gb")
 
 
-def test_a_request_for_more_than_the_class_has_is_refused_with_the_numbers(
-    client, mia, h100_nodes
-):
+def test_a_request_for_more_than_the_class_has_is_refused_with_the_numbers(client, mia, h100_nodes):
     # 100,000 A100s were accepted; five H100 nodes of 8 have 40.
     client.force_login(mia)
 
