@@ -6,7 +6,7 @@ the policy service is shown with its numbers and nothing is stored."""
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
@@ -473,6 +473,26 @@ def reservation_end_view(request: HttpRequest, name: str) -> HttpResponse:
 # --- Policy objects ------------------------------------------------------------------------------
 
 
+SECTION_TITLES = {
+    "gpu_classes": "GPU classes",
+    "capability_classes": "Capability classes",
+    "queues": "Queues",
+    "teams": "Teams",
+    "rate_cards": "Rate cards",
+}
+
+
+def _entry_label(section: str, name: str) -> str:
+    """How the overview lists an entry: by name; a rate card by when it takes effect."""
+    if section != "rate_cards":
+        return name
+    try:
+        effective = datetime.fromisoformat(name.replace("Z", "+00:00"))
+    except ValueError:
+        return name
+    return f"from {effective.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
 @staff_required
 def policy_overview(request: HttpRequest) -> HttpResponse:
     current = policy_current()
@@ -480,7 +500,10 @@ def policy_overview(request: HttpRequest) -> HttpResponse:
         request,
         "operations/policy.html",
         {
-            "sections": [(s, list(current.get(s, {}))) for s in EDITABLE_SECTIONS],
+            "sections": [
+                (s, SECTION_TITLES[s], [(n, _entry_label(s, n)) for n in current.get(s, {})])
+                for s in EDITABLE_SECTIONS
+            ],
             "roles": (current.get("roles") or no_roles()).items(),
             "team_groups": [(n, t["groups"]) for n, t in current["teams"].items() if t["groups"]],
         },

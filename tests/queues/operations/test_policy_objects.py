@@ -3,6 +3,7 @@ side: exactly apply_policy's checks, the field named, audited; rate cards only a
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -113,3 +114,20 @@ def test_the_policy_exports_as_a_file_apply_policy_reads(client, ada, example_po
     from queues.policy.export import dump_policy, policy_current
 
     assert response.content.decode() == dump_policy(policy_current())
+
+
+def test_the_policy_overview_titles_its_sections_and_dates_rate_cards(client, ada, example_policy):
+    # It showed "Gpuclasses", "Capabilityclasses", "Ratecards" and a rate card's raw ISO date.
+    client.force_login(ada)
+    html = client.get("/manage/policy/").content.decode()
+
+    titles = re.findall(r'<article class="card" id="section-[a-z_]+">\s*<h2>([^<]+)</h2>', html)
+    assert titles == [
+        "GPU classes",
+        "Capability classes",
+        "Queues",
+        "Teams",
+        "Rate cards",
+        "Roles from identity-provider groups",
+    ]
+    assert "<li>from 2026-01-01 00:00 UTC <small>(never rewritten)</small></li>" in html
