@@ -442,6 +442,22 @@ def _lending_queue(state: State, ask: Ask, gpu_class: str) -> Queue | None:
     return None
 
 
+# Nodes a reason names one by one; past this many, it says how many more.
+NODES_NAMED = 4
+
+
+def _nodes_text(nodes: list[tuple[str, str]]) -> str:
+    """``n2, n3: ECC errors`` when the nodes share a note, else ``n2: ECC errors; n3: XID 79``;
+    at most ``NODES_NAMED`` of them, then how many more."""
+    shown, more = nodes[:NODES_NAMED], len(nodes) - NODES_NAMED
+    notes = {note for _, note in shown}
+    if len(notes) == 1:
+        text = f"{', '.join(name for name, _ in shown)}: {notes.pop()}"
+    else:
+        text = "; ".join(f"{name}: {note}" for name, note in shown)
+    return text + (f"; and {more} more" if more > 0 else "")
+
+
 def _shortage_causes(
     state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolView, usable: int
 ) -> list[PendingReason]:
@@ -480,12 +496,12 @@ def _shortage_causes(
             continue
         devices = sum(n[1] for n in nodes)
         eq = sum(n[2] for n in nodes)
-        first = nodes[0]
         what = "in maintenance" if kind == "maintenance" else "unhealthy"
         verb = "is" if len(nodes) == 1 else "are"
         message = (
             f"{len(nodes)} of the {matching} matching nodes {verb} {what} "
-            f"({first[0]}: {first[3]}); they hold {devices} free {unit}s"
+            f"({_nodes_text([(n[0], n[3]) for n in nodes])}); "
+            f"{'it holds' if len(nodes) == 1 else 'they hold'} {plural(devices, 'free ' + unit)}"
         )
         details = {
             "gpu_class": gpu_class,

@@ -259,7 +259,7 @@ def test_maintenance_binds_when_drained_nodes_hold_the_missing_gpus() -> None:
     assert maintenance.code is ReasonCode.MAINTENANCE
     assert maintenance.message == (
         "1 of the 3 matching nodes is in maintenance (n2: ECC errors, back 2025-03-03 14:00 UTC); "
-        "they hold 8 free GPUs"
+        "it holds 8 free GPUs"
     )
     assert maintenance.hint == "n2 is expected back at 2025-03-03 14:00 UTC"
     assert unhealthy.code is ReasonCode.UNHEALTHY
@@ -279,7 +279,7 @@ def test_unhealthy_binds_when_only_broken_nodes_have_room() -> None:
     unhealthy, capacity = reasons_of(result, 10)
     assert unhealthy.code is ReasonCode.UNHEALTHY
     assert unhealthy.message == (
-        "1 of the 2 matching nodes is unhealthy (n3: XID 79); they hold 8 free GPUs"
+        "1 of the 2 matching nodes is unhealthy (n3: XID 79); it holds 8 free GPUs"
     )
     assert unhealthy.details["nodes"] == ["n3"]
     assert capacity.message == "needs 4 h100-80gb GPUs; 0 free"
@@ -594,7 +594,7 @@ def test_a_drained_node_the_queue_could_never_use_is_not_blamed() -> None:
     )
     assert reasons_of(tolerated, 10)[0].message == (
         "1 of the 2 matching nodes is in maintenance (n2: kernel upgrade, back 2025-03-03 14:00 UTC); "
-        "they hold 8 free GPUs"
+        "it holds 8 free GPUs"
     )
 
 
@@ -901,3 +901,24 @@ def test_gpus_of_a_stopping_job_free_at_the_end_of_its_grace_period() -> None:
         "2 more GPUs free up by 2025-03-03 12:00 UTC as stopping jobs' pods end their grace period"
     )
     assert result.status(10).estimated_start.at == NOW + timedelta(seconds=20)  # type: ignore[union-attr]
+
+
+def test_every_node_in_maintenance_is_named_with_its_reason() -> None:
+    # It said "2 of the 3 matching nodes are in maintenance" and named one of them.
+    result = plan(
+        snapshot(
+            nodes=[
+                node("n1"),
+                node("n2", maintenance=MaintenanceState.DRAINING, maintenance_reason="PSU swap"),
+                node("n3", maintenance=MaintenanceState.DRAINING, maintenance_reason="BIOS"),
+            ],
+            teams=[team("vision", {H100: 24})],
+            running=[running(1, "vision", "n1", 8)],
+            pending=[pending(10, "vision", gpus=8)],
+        )
+    )
+    [maintenance, *_] = reasons_of(result, 10)
+    assert maintenance.message == (
+        "2 of the 3 matching nodes are in maintenance (n2: PSU swap; n3: BIOS); "
+        "they hold 16 free GPUs"
+    )

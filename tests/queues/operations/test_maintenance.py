@@ -99,7 +99,8 @@ def test_a_drain_cordons_taints_and_labels_the_nodes_and_jobs_say_maintenance(
     back = until.strftime("%Y-%m-%d %H:%M UTC")
     assert (binding["code"], binding["message"], binding["hint"]) == (
         "Maintenance",
-        f"4 of the 4 matching nodes are in maintenance (t4-01: firmware update, back {back}); "
+        f"4 of the 4 matching nodes are in maintenance (t4-01, t4-02, t4-03, t4-04: firmware "
+        f"update, back {back}); "
         "they hold 64 free replicas",
         f"t4-01 is expected back at {back}",
     )
