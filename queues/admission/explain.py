@@ -39,6 +39,7 @@ class Alternative:
     same_queue: bool = False
     same_capability: bool = True
     sharing: str = ""  # the queue's sharing mode, when it differs from the job's own queue's
+    gpu_class: str = ""  # the class it would start on ("" when the estimate does not say)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +51,7 @@ class Alternative:
             "same_queue": self.same_queue,
             "same_capability": self.same_capability,
             "sharing": self.sharing,
+            "gpu_class": self.gpu_class,
         }
 
 
@@ -127,13 +129,14 @@ def explain(
             pending=tuple(moved if p.id == job_id else p for p in snapshot.pending),
         )
         result = plan(trial, replay_budget=WHAT_IF_REPLAY_BUDGET)
-        if result.admission(job_id) is not None:
-            found.append(change(snapshot.now, True))
+        if (admitted := result.admission(job_id)) is not None:
+            found.append(change(snapshot.now, True, gpu_class=admitted.gpu_class))
             continue
         status = result.status(job_id)
         start = status.estimated_start.at if status else None
         if start is not None and (baseline is None or start < baseline):
-            found.append(change(start, False))
+            assert status is not None
+            found.append(change(start, False, gpu_class=status.estimated_start.gpu_class or ""))
     # One per queue: its soonest, the job's own capability class first among equals (a list of
     # every class that would also do says nothing more).
     found.sort(key=lambda a: (a.starts_at, not a.same_capability, a.queue, a.capability))

@@ -21,6 +21,15 @@ PREVIEW_JOB_ID = 0  # no stored job has id 0
 
 
 @dataclass(frozen=True)
+class Priced:
+    """A "would start sooner" suggestion with what it would cost per hour (None: unknown)."""
+
+    alternative: engine.Alternative
+    cost_per_hour: Decimal | None
+    currency: str
+
+
+@dataclass(frozen=True)
 class Preview:
     """What would happen to a request submitted now."""
 
@@ -36,6 +45,7 @@ class Preview:
     cost_per_hour: Decimal | None = None
     currency: str = ""
     preempts_own: tuple[int, ...] = ()  # the submitter's own running jobs it would preempt
+    priced: tuple[Priced, ...] = ()  # the alternatives with their cost per hour
 
     @property
     def binding(self) -> engine.PendingReason | None:
@@ -50,7 +60,15 @@ class Preview:
             "estimated_start": self.estimated_start.isoformat() if self.estimated_start else None,
             "why_unknown": self.why_unknown,
             "reasons": [r.to_dict() for r in self.reasons],
-            "alternatives": [a.to_dict() for a in self.alternatives],
+            "alternatives": [
+                {
+                    **p.alternative.to_dict(),
+                    "cost_per_hour": None if p.cost_per_hour is None else str(p.cost_per_hour),
+                    "currency": p.currency or None,
+                }
+                for p in self.priced
+            ]
+            or [a.to_dict() for a in self.alternatives],
             "alternatives_untried": self.alternatives_untried,
             "cost_per_hour": str(self.cost_per_hour) if self.cost_per_hour is not None else None,
             "currency": self.currency or None,
@@ -111,15 +129,16 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         acceptable=acceptable_for(request),
         max_trials=settings.MAX_ALTERNATIVES_TRIED,
     )
-    cheapest = _cheapest_class(request, snapshot)
+    # The class its estimate starts it on, if it says; else the least valuable one it may use.
+    on = (status.estimated_start.gpu_class if status else None) or _cheapest_class(
+        request, snapshot
+    )
     cost = (
-        hourly_cost(gpu_class=cheapest, gpu_equivalents=request.gpu_equivalents, at=now)
-        if cheapest
-        else None
+        hourly_cost(gpu_class=on, gpu_equivalents=request.gpu_equivalents, at=now) if on else None
     )
     return Preview(
         errors={},
-        gpu_class=cheapest,
+        gpu_class=on,
         estimated_start=status.estimated_start.at if status else None,
         why_unknown=status.estimated_start.why_unknown if status else "",
         reasons=status.reasons if status else (),
@@ -128,7 +147,22 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         cost_per_hour=cost.amount if cost else None,
         currency=cost.currency if cost else "",
         preempts_own=own,
+        priced=tuple(_priced(request, a, now) for a in explanation.alternatives),
     )
+
+
+def _priced(request: JobRequest, alternative: engine.Alternative, now: datetime) -> Priced:
+    """What the same job would cost per hour in the alternative's queue and class, on the GPU
+    class it would start on."""
+    queue = Queue.objects.filter(name=alternative.queue).first()
+    capability = CapabilityClass.objects.filter(name=alternative.capability).first()
+    if not alternative.gpu_class or queue is None or capability is None:
+        return Priced(alternative, None, "")
+    moved = dataclasses.replace(request, queue=queue, capability_class=capability)
+    cost = hourly_cost(
+        gpu_class=alternative.gpu_class, gpu_equivalents=moved.gpu_equivalents, at=now
+    )
+    return Priced(alternative, cost.amount if cost else None, cost.currency if cost else "")
 
 
 def _cheapest_class(request: JobRequest, snapshot: engine.Snapshot) -> str:

@@ -334,6 +334,15 @@ class AlternativeSerializer(serializers.Serializer):
     sharing = serializers.CharField(
         help_text="The queue's sharing mode when it differs from the job's queue's; else empty."
     )
+    gpu_class = serializers.CharField(
+        allow_blank=True, help_text="The GPU class it would start on; empty when unknown."
+    )
+    cost_per_hour = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="A preview's: what the job would cost per hour there (null: no rate).",
+    )
+    currency = serializers.CharField(required=False, allow_null=True)
 
 
 class PreviewSerializer(serializers.Serializer):

@@ -26,6 +26,18 @@
       if (e.target.name === "queue") sync(form);
     });
   }
+  // "Use this" beside a "would start sooner" suggestion: the form takes its queue and capability
+  // class, and the preview runs again for what is now in the form.
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("button.use-alternative");
+    var form = document.getElementById("job-form");
+    if (!button || !form) return;
+    form.querySelector("select[name=queue]").value = button.dataset.queue;
+    sync(form);
+    form.querySelector("select[name=capability_class]").value = button.dataset.capability;
+    var preview = form.querySelector("button[name=preview]");
+    if (preview) preview.click();
+  });
   document.addEventListener("DOMContentLoaded", wire);
   document.addEventListener("htmx:afterSwap", wire);
 })();
