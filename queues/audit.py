@@ -39,6 +39,7 @@ from queues.models import (
     RateCard,
     RateCardWeight,
     Reservation,
+    SubmissionSettings,
     Team,
 )
 
@@ -182,6 +183,7 @@ def register_policy_models() -> None:
         RateCard,
         RateCardWeight,
         FairShareSettings,
+        SubmissionSettings,
         QuotaRequest,
     ):
         # Before the audit's receivers, so that they see the stored spelling of decimals.
@@ -196,6 +198,7 @@ def register_policy_models() -> None:
         RateCard,
         RateCardWeight,
         FairShareSettings,
+        SubmissionSettings,
         QuotaRequest,
     ):
         if not auditlog.contains(model):

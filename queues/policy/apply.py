@@ -26,6 +26,7 @@ from queues.models import (
     RateCard,
     RateCardWeight,
     Reservation,
+    SubmissionSettings,
     Team,
     TeamCostCenter,
 )
@@ -235,6 +236,23 @@ def _rate_card_rewrites(current: Policy, wanted: Policy) -> list[Problem]:
     return problems
 
 
+def _write_submissions(
+    before: Mapping[str, Any] | None, wanted: Mapping[str, Any], report: PolicyReport
+) -> None:
+    """The ``submissions`` section: one settings row (audited like every policy object)."""
+    if before == wanted:
+        return
+    row = SubmissionSettings.objects.filter(pk=1).first() or SubmissionSettings(pk=1)
+    row.plain_env_names_allowed = list(wanted["plain_env_names_allowed"])
+    row.save()
+    if before is None:
+        report.changes.append(Change("submissions", "settings", "created"))
+    else:
+        report.changes.append(
+            Change("submissions", "settings", "changed", diff_fields(before, wanted))
+        )
+
+
 def _overcommitments(result: Policy, *, now: datetime) -> list[Problem]:
     """Quotas plus peak reservations of each GPU class must fit its healthy capacity, if known."""
     capacity: Counter[str] = Counter()
@@ -292,6 +310,8 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
                     "fair_share", "settings", "changed", diff_fields(before, wanted["fair_share"])
                 )
             )
+    if "submissions" in wanted:
+        _write_submissions(current.get("submissions"), wanted["submissions"], report)
     writers = {
         "gpu_classes": _write_gpu_class,
         "capability_classes": _write_capability_class,
