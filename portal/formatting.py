@@ -191,6 +191,7 @@ REASON_WORDS = {
     "Priority": "other jobs are ahead",
     "ReservationWindow": "reservation not started",
     "ClusterUnschedulable": "the cluster cannot place it",
+    "ContainerConfigError": "a Secret it needs is missing",
     "ClusterUnreachable": "cluster unreachable",
     "NeverFits": "can never fit",
 }
