@@ -49,7 +49,6 @@ from simcluster.jobs import (
     replacement_delay,
 )
 from simcluster.kubelet import (
-    CONFIG_ERROR,
     CONFIG_RETRY_SECONDS,
     DURATION_ANNOTATION,
     PodRun,
@@ -1048,7 +1047,6 @@ class SimCluster:
             error = container_config_error(container, namespace, secret)
             if error is not None:
                 run.config_error = error
-                run.waiting_reason, run.waiting_message = CONFIG_ERROR, error
                 self._refresh(run)
                 self._container_event(pod, container, "Failed", f"Error: {error}", "Warning")
                 self._step(run, CONFIG_RETRY_SECONDS, "config")
