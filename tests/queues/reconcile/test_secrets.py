@@ -16,7 +16,7 @@ from portal.masking import MASK
 from queues.cluster.adapter import Cluster
 from queues.cluster.secrets import SecretKeyRef
 from queues.jobs.requests import JobRequest
-from queues.jobs.services import job_submit
+from queues.jobs.services import job_cancel, job_submit
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
 from queues.policy.apply import policy_apply
 from queues.reconcile.cycle import reconcile_cycle
@@ -211,5 +211,20 @@ def test_an_allowed_plain_value_reaches_the_pod_and_is_masked_once_the_job_ends(
     assert job.state == JobState.SUCCEEDED
     assert (job.env, job.holds_secret_values) == (
         {"SIM_DURATION_SECONDS": "600", "HF_TOKEN_PATH": MASK},
+        False,
+    )
+
+
+def test_a_cancelled_waiting_jobs_allowed_value_is_masked_by_the_next_cycle(cycle, mia):
+    policy_apply(text="submissions:\n  plain_env_names_allowed: [HF_TOKEN_PATH]\n")
+    job = submit(mia, env={"HF_TOKEN_PATH": "/secrets/hf"})
+    job_cancel(job=job, by=mia)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.env["HF_TOKEN_PATH"], job.holds_secret_values) == (
+        JobState.CANCELLED,
+        MASK,
         False,
     )
