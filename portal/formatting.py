@@ -175,19 +175,6 @@ def format_shape(
     return f"{pods} pod{'s' if pods != 1 else ''} × {per_pod} {unit}"
 
 
-# Names of environment variables whose values are not shown back (tokens, passwords, keys).
-_SECRET_NAME = re.compile(r"(?i)(secret|token|passw|pwd|key|credential|auth|private|cert)")
-MASK = "••••••"
-
-
-def masked_env(env: dict[str, str]) -> list[tuple[str, str]]:
-    """``NAME=value`` pairs to show, by name (PostgreSQL's JSON keeps no order of its own), the
-    values of names that look secret masked."""
-    return [
-        (name, MASK if _SECRET_NAME.search(name) else value) for name, value in sorted(env.items())
-    ]
-
-
 # A pending reason's code in a few plain words, where its full message is not shown (another
 # team's job): the codes stay API (concepts.md); these are for people.
 REASON_WORDS = {
@@ -204,6 +191,7 @@ REASON_WORDS = {
     "Priority": "other jobs are ahead",
     "ReservationWindow": "reservation not started",
     "ClusterUnschedulable": "the cluster cannot place it",
+    "ContainerConfigError": "a Secret it needs is missing",
     "ClusterUnreachable": "cluster unreachable",
     "NeverFits": "can never fit",
 }

@@ -418,6 +418,10 @@ CLUSTER_CA_FILE = env.str(
 # The portal's address as a job's pods reach it: given to them as GPUPORTAL_API_URL, with a token
 # scoped to the job, so that they can report checkpoints. Empty: pods are not told.
 PORTAL_URL = env.str("PORTAL_URL", default="").rstrip("/")
+# An admitted job whose pods cannot start because a Secret (or a key of one) they reference is
+# missing holds its GPUs while it waits for someone to create it: after this long from its
+# admission it fails and gives them back (queues.reconcile.jobs).
+MISSING_SECRET_GRACE_SECONDS = env.int("MISSING_SECRET_GRACE_SECONDS", default=300)
 CLUSTER_RACK_LABEL = env.str("CLUSTER_RACK_LABEL", default="topology.kubernetes.io/rack")
 CLUSTER_NETWORK_DOMAIN_LABEL = env.str(
     "CLUSTER_NETWORK_DOMAIN_LABEL", default="network.gpuportal.io/domain"

@@ -15,7 +15,9 @@ from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils.html import format_html_join
 
+from portal.masking import shown_env
 from queues.models import (
     CapabilityClass,
     ClusterStatus,
@@ -33,6 +35,7 @@ from queues.models import (
     RateCard,
     RateCardWeight,
     Reservation,
+    SubmissionSettings,
     Team,
     UsageInterval,
 )
@@ -241,11 +244,31 @@ class JobAdmin(ReadOnlyAdmin):
     list_select_related = ["owner", "team", "queue", "gpu_class"]
     inlines = [JobEventInline]
     date_hierarchy = "submitted_at"
+    # The stored environment is never shown as it is: the page shows what the job page and the
+    # API show (portal.masking), so that no page reveals a secret-looking value.
+    exclude = ["env"]
+    readonly_fields = ["environment"]
+
+    @admin.display(description="environment")
+    def environment(self, job: Job) -> str:
+        return format_html_join(
+            "\n",
+            "<div><code>{}={}</code></div>",
+            (
+                (name, f"secret:{v['secret']}/{v['key']}" if isinstance(v, dict) else v)
+                for name, v in shown_env(job.env).items()
+            ),
+        )
 
 
 @admin.register(FairShareSettings)
 class FairShareSettingsAdmin(PolicyAdmin):
     list_display = ["usage_half_life"]
+
+
+@admin.register(SubmissionSettings)
+class SubmissionSettingsAdmin(PolicyAdmin):
+    list_display = ["plain_env_names_allowed"]
 
 
 @admin.register(UsageInterval)

@@ -41,6 +41,7 @@ from queues.models import (
     RateCardWeight,
     Reservation,
     RoleGroups,
+    SubmissionSettings,
     Team,
 )
 
@@ -211,6 +212,7 @@ def register_policy_models() -> None:
         RateCard,
         RateCardWeight,
         FairShareSettings,
+        SubmissionSettings,
         QuotaRequest,
         RoleGroups,
     ):
@@ -226,6 +228,7 @@ def register_policy_models() -> None:
         RateCard,
         RateCardWeight,
         FairShareSettings,
+        SubmissionSettings,
         QuotaRequest,
         RoleGroups,
     ):

@@ -664,7 +664,21 @@ class Job(models.Model):
     image = models.CharField(max_length=500)
     command = models.JSONField(default=list, blank=True)
     args = models.JSONField(default=list, blank=True)
-    env = models.JSONField(default=dict, blank=True)
+    env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Name → text, or a key of a Secret in the team's namespace "
+        '({"secret": …, "key": …}). Values of secret-looking names are never shown '
+        "(portal.masking).",
+    )
+    env_from = models.JSONField(
+        default=list, blank=True, help_text="Secrets in the team's namespace: each key a variable."
+    )
+    holds_secret_values = models.BooleanField(
+        default=False,
+        help_text="Its environment keeps plain values of secret-looking names (the policy "
+        "allowed them) that its pods may still need; masked once the job has ended.",
+    )
     runtime_limit = models.DurationField()
     checkpoint_interval = models.DurationField(null=True, blank=True)
     priority = models.IntegerField(default=0)
@@ -743,6 +757,11 @@ class Job(models.Model):
             models.Index(fields=["state", "submitted_at"], name="job_state_submitted"),
             models.Index(
                 fields=["terminating"], name="job_terminating", condition=Q(terminating=True)
+            ),
+            models.Index(
+                fields=["holds_secret_values"],
+                name="job_holds_secret_values",
+                condition=Q(holds_secret_values=True),
             ),
         ]
         constraints = [
@@ -834,6 +853,29 @@ class FairShareSettings(models.Model):
 
     def __str__(self) -> str:
         return f"usage half-life {self.usage_half_life}"
+
+
+class SubmissionSettings(models.Model):
+    """Cluster-wide rules on what a submission may carry; one row (pk 1), written by the
+    policy's ``submissions`` section."""
+
+    plain_env_names_allowed = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Secret-looking environment variable names that may carry a plain value "
+        "(their values are still never shown).",
+    )
+
+    class Meta:
+        verbose_name = "submission settings"
+        verbose_name_plural = "submission settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="submission_settings_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        allowed = ", ".join(self.plain_env_names_allowed) or "none"
+        return f"plain values allowed for: {allowed}"
 
 
 class UsageInterval(models.Model):

@@ -49,13 +49,16 @@ from simcluster.jobs import (
     replacement_delay,
 )
 from simcluster.kubelet import (
+    CONFIG_RETRY_SECONDS,
     DURATION_ANNOTATION,
     PodRun,
+    container_config_error,
     image_reference,
     log_waiting_reason,
     memory_limit,
     pod_status,
     run_plan,
+    skipped_env_keys,
     utilization_between,
     utilization_profile,
 )
@@ -66,6 +69,7 @@ from simcluster.objects import (
     build_namespace,
     build_node,
     build_pod,
+    build_secret,
     pod_for_job,
     sync_unschedulable_taint,
 )
@@ -226,6 +230,36 @@ class SimCluster:
     def _require_namespace(self, namespace: str) -> None:
         if self.store.get("namespaces", "", namespace) is None:
             raise not_found("namespaces", namespace)
+
+    # --- secrets -------------------------------------------------------------------------------
+
+    def create_secret(self, namespace: str, body: Any, *, dry_run: bool = False) -> dict[str, Any]:
+        """Create a ``Secret``. A pod waiting for it (``CreateContainerConfigError``) starts at
+        the kubelet's next try, as on a real node."""
+        with self.lock:
+            self._settle()
+            secret = build_secret(namespace, body, self._moment, _name_suffix())
+            self._require_namespace(namespace)
+            name = secret["metadata"]["name"]
+            if self.store.get("secrets", namespace, name) is not None:
+                raise already_exists("secrets", name)
+            if dry_run:
+                return secret
+            return self.store.put("secrets", secret)
+
+    def delete_secret(self, namespace: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """Delete a ``Secret`` at once (a ``Success`` Status). Running containers keep the
+        environment they started with; pods that start later find it missing."""
+        with self.lock:
+            self._settle()
+            secret = self.store.get("secrets", namespace, name)
+            if secret is None:
+                raise not_found("secrets", name)
+            if not dry_run:
+                self.store.remove("secrets", namespace, name)
+            return success_status(
+                name=name, group="", kind="secrets", uid=secret["metadata"]["uid"]
+            )
 
     # --- jobs --------------------------------------------------------------------------------
 
@@ -791,6 +825,8 @@ class SimCluster:
             self._pull(run)
         elif action == "backoff":
             self._image_backoff(run)
+        elif action == "config":
+            self._config_retry(run)
         elif action == "finish":
             exit_code = 137 if run.oom else run.exit_code
             self._finish(run, exit_code, "OOMKilled" if run.oom else None)
@@ -974,19 +1010,66 @@ class SimCluster:
         if failing:
             self._image_pull_failed(run, pod, failing[0])
             return
+        for container in containers:
+            self._container_event(
+                pod,
+                container,
+                "Pulled",
+                f'Successfully pulled image "{container["image"]}" in 1.204s (1.204s including '
+                "waiting). Image size: 3456789012 bytes.",
+            )
+        self._start_containers(run, pod)
+
+    def _config_retry(self, run: PodRun) -> None:
+        """The kubelet's next try at a pod whose containers it could not configure."""
+        pod = self._pod(run)
+        for container in pod["spec"]["containers"]:
+            self._container_event(
+                pod,
+                container,
+                "Pulled",
+                f'Container image "{container["image"]}" already present on machine',
+            )
+        self._start_containers(run, pod)
+
+    def _start_containers(self, run: PodRun, pod: dict[str, Any]) -> None:
+        """Make each container's configuration, then create and start them. A Secret or key
+        their environment needs that does not exist leaves them waiting with
+        ``CreateContainerConfigError`` (pod ``Pending``, its resources held), tried again every
+        ``CONFIG_RETRY_SECONDS``: the pod starts once the Secret is there."""
+        containers = pod["spec"]["containers"]
+        namespace = run.namespace
+
+        def secret(name: str) -> dict[str, Any] | None:
+            return self.store.get("secrets", namespace, name)
+
+        for container in containers:
+            error = container_config_error(container, namespace, secret)
+            if error is not None:
+                run.config_error = error
+                self._refresh(run)
+                self._container_event(pod, container, "Failed", f"Error: {error}", "Warning")
+                self._step(run, CONFIG_RETRY_SECONDS, "config")
+                return
+        run.config_error = ""
         run.started_at = self._moment
+        for container in containers:
+            for source in container.get("envFrom") or []:
+                found = secret((source.get("secretRef") or {}).get("name", ""))
+                if found is not None and (skipped := skipped_env_keys(found)):
+                    self._event(
+                        pod,
+                        "InvalidEnvironmentVariableNames",
+                        f"Keys [{', '.join(skipped)}] from the EnvFrom secret {namespace}/"
+                        f"{found['metadata']['name']} were skipped since they are considered "
+                        "invalid environment variable names.",
+                        type="Warning",
+                    )
         for container in containers:
             image = container["image"]
             run.container_ids[container["name"]] = "containerd://" + secrets.token_hex(32)
             run.image_ids[container["name"]] = (
                 f"{image_reference(image)}@sha256:{secrets.token_hex(32)}"
-            )
-            self._container_event(
-                pod,
-                container,
-                "Pulled",
-                f'Successfully pulled image "{image}" in 1.204s (1.204s including waiting). '
-                "Image size: 3456789012 bytes.",
             )
         for container in containers:
             self._container_event(

@@ -68,6 +68,9 @@ class PodRun:
     pull_failures: int = 0
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
+    # Why the kubelet cannot build the containers' configuration (a Secret or key they take
+    # their environment from is missing): CreateContainerConfigError's message; "" otherwise.
+    config_error: str = ""
     started_at: datetime | None = None
     finished_at: datetime | None = None
     final_exit_code: int | None = None
@@ -268,6 +271,8 @@ def _container_status(
         status["state"] = {"running": {"startedAt": rfc3339(run.started_at)}}
         status["started"] = True
         status["ready"] = not run.deleting
+    elif run.config_error:
+        status["state"] = {"waiting": {"reason": CONFIG_ERROR, "message": run.config_error}}
     else:
         failing = run.pull_failures > 0 and image_fails(image)
         waiting = {"reason": run.waiting_reason if failing else "ContainerCreating"}
@@ -315,6 +320,61 @@ def memory_limit(pod: dict[str, Any]) -> str:
 
 def log_waiting_reason(run: PodRun) -> str:
     """Why the ``log`` subresource cannot answer yet, in the kubelet's words."""
+    if run.config_error:
+        return CONFIG_ERROR
     if run.waiting_reason in ("ErrImagePull", "ImagePullBackOff") and run.pull_failures:
         return "trying and failing to pull image"
     return "ContainerCreating"
+
+
+# --- a container's environment from Secrets ---------------------------------------------------
+
+CONFIG_ERROR = "CreateContainerConfigError"
+# The kubelet's pod worker tries a pod whose container it could not configure again after
+# this back-off (pkg/kubelet/pod_workers.go, backOffPeriod), however often it failed.
+CONFIG_RETRY_SECONDS = 10.0
+_ENV_VAR_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+
+
+def container_config_error(
+    container: dict[str, Any], namespace: str, secret: Callable[[str], dict[str, Any] | None]
+) -> str | None:
+    """Why the kubelet cannot make ``container``'s environment, in its words, or None:
+    ``envFrom`` first, then ``env``, as ``makeEnvironmentVariables`` reads them. A missing
+    Secret is ``secret "x" not found``, a missing key ``couldn't find key k in Secret ns/x``;
+    both are skipped when the reference is ``optional``. ConfigMaps are not served: any
+    reference to one finds none. ``secret`` looks a Secret of ``namespace`` up by name."""
+    for source in container.get("envFrom") or []:
+        for kind, ref in (
+            ("secret", source.get("secretRef")),
+            ("configmap", source.get("configMapRef")),
+        ):
+            if ref is None:
+                continue
+            found = secret(ref.get("name", "")) if kind == "secret" else None
+            if found is None and not ref.get("optional"):
+                return f'{kind} "{ref.get("name", "")}" not found'
+    for var in container.get("env") or []:
+        source = var.get("valueFrom") or {}
+        if ref := source.get("configMapKeyRef"):
+            if not ref.get("optional"):
+                return f'configmap "{ref.get("name", "")}" not found'
+            continue
+        ref = source.get("secretKeyRef")
+        if ref is None:
+            continue
+        name, key, optional = ref.get("name", ""), ref.get("key", ""), bool(ref.get("optional"))
+        found = secret(name)
+        if found is None:
+            if optional:
+                continue
+            return f'secret "{name}" not found'
+        if key not in (found.get("data") or {}) and not optional:
+            return f"couldn't find key {key} in Secret {namespace}/{name}"
+    return None
+
+
+def skipped_env_keys(secret: dict[str, Any]) -> list[str]:
+    """Keys of a Secret used by ``envFrom`` that are no valid variable names: the kubelet leaves
+    them out (with an ``InvalidEnvironmentVariableNames`` event)."""
+    return sorted(k for k in secret.get("data") or {} if not _ENV_VAR_NAME.fullmatch(k))

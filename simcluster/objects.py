@@ -5,6 +5,8 @@ Pure functions over JSON-ready dicts: no state, no clock of their own (``now`` i
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import re
 import uuid
@@ -141,6 +143,91 @@ def build_namespace(body: dict[str, Any], now: datetime) -> dict[str, Any]:
         "spec": {"finalizers": ["kubernetes"]},
         "status": {"phase": "Active"},
     }
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+# The API server's rules for a Secret (k8s.io/kubernetes pkg/apis/core/validation): keys are
+# "config keys", the data together at most 1 MiB.
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_CONFIG_KEY_HELP = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+    "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+MAX_SECRET_BYTES = 1024 * 1024
+_BASE64 = re.compile(r"[A-Za-z0-9+/]")
+
+
+def build_secret(namespace: str, body: Any, now: datetime, suffix: str) -> dict[str, Any]:
+    """A new ``Secret`` from a create request: ``stringData`` merged into ``data`` (base64, as
+    the API server stores and answers it), ``type`` defaulting to ``Opaque``. 400 for data that
+    is not base64 text, 422 for an invalid name or key, or more than 1 MiB of data."""
+    body = require_object(body, "Secret", "v1")
+    check_namespace(body, namespace)
+    name = object_name(body, "Secret", "", suffix)
+    data = _secret_data(body.get("data"))
+    string_data = body.get("stringData") or {}
+    if not isinstance(string_data, dict) or not all(
+        isinstance(v, str) for v in string_data.values()
+    ):
+        raise _undecodable("stringData: expected a map of strings")
+    for key, text in string_data.items():
+        data[str(key)] = text.encode()
+    causes: list[tuple[str, str]] = []
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        causes.append(("metadata.name", f'Invalid value: "{name}": {_DNS_SUBDOMAIN_HELP}'))
+    for key in sorted(data):
+        if len(key) > 253 or not _CONFIG_KEY.match(key):
+            causes.append((f"data[{key}]", f'Invalid value: "{key}": {_CONFIG_KEY_HELP}'))
+        elif key in (".", "..") or key.startswith(".."):
+            rule = f"must not be '{key}'" if key in (".", "..") else "must not start with '..'"
+            causes.append((f"data[{key}]", f'Invalid value: "{key}": {rule}'))
+    if sum(len(v) for v in data.values()) > MAX_SECRET_BYTES:
+        causes.append(("data", f"Too long: must have at most {MAX_SECRET_BYTES} bytes"))
+    kind = body.get("type") or "Opaque"
+    if not isinstance(kind, str):
+        raise _undecodable("type: expected a string")
+    if causes:
+        raise invalid("Secret", name, "", causes)
+    secret: dict[str, Any] = {
+        "kind": "Secret",
+        "apiVersion": "v1",
+        "metadata": object_meta(
+            body.get("metadata") or {}, name=name, namespace=namespace, now=now
+        ),
+        "type": kind,
+    }
+    if data:
+        secret["data"] = {k: base64.b64encode(v).decode() for k, v in sorted(data.items())}
+    if body.get("immutable") is not None:
+        secret["immutable"] = bool(body["immutable"])
+    return secret
+
+
+def _secret_data(raw: Any) -> dict[str, bytes]:
+    """``data`` as bytes; text that is not base64 is refused as the API server's JSON decoder
+    refuses it (400)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _undecodable("data: expected a map of base64 strings")
+    data: dict[str, bytes] = {}
+    for key, text in raw.items():
+        if not isinstance(text, str):
+            raise _undecodable(f"data[{key}]: expected a base64 string")
+        try:
+            data[str(key)] = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            at = next(
+                (i for i, c in enumerate(text) if not _BASE64.match(c) and c != "="),
+                len(text) - len(text) % 4,
+            )
+            raise _undecodable(f"illegal base64 data at input byte {at}") from None
+    return data
+
+
+def _undecodable(reason: str) -> ApiError:
+    return bad_request(f'Secret in version "v1" cannot be handled as a Secret: {reason}')
 
 
 # --- nodes --------------------------------------------------------------------------------------
@@ -289,10 +376,89 @@ def pod_spec_causes(spec: Any, prefix: str) -> list[tuple[str, str]]:
             ):
                 causes.append((f"{where}.{field}", "Invalid value: must be a list of strings"))
         causes.extend(_resource_causes(container.get("resources") or {}, f"{where}.resources"))
+        causes.extend(_env_causes(container, where))
     grace = spec.get("terminationGracePeriodSeconds")
     if grace is not None and (not isinstance(grace, int) or grace < 0):
         causes.append((f"{prefix}.terminationGracePeriodSeconds", "Invalid value: must be >= 0"))
     return causes
+
+
+_ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_ENV_VAR_NAME_HELP = (
+    "a valid environment variable name must consist of alphabetic characters, digits, '_', '-', "
+    "or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or "
+    "'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')"
+)
+_VALUE_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef")
+
+
+def _env_causes(container: dict[str, Any], where: str) -> list[tuple[str, str]]:
+    """The API server's checks of a container's ``env`` and ``envFrom`` (names, exactly one
+    source per ``valueFrom``, the names and keys a Secret reference gives). A variable's value
+    is never quoted back."""
+    causes: list[tuple[str, str]] = []
+    for number, var in enumerate(container.get("env") or []):
+        at = f"{where}.env[{number}]"
+        if not isinstance(var, dict):
+            causes.append((at, "Invalid value: must be an object"))
+            continue
+        name = var.get("name")
+        if not name:
+            causes.append((f"{at}.name", "Required value"))
+        elif not isinstance(name, str) or not _ENV_VAR_NAME.match(name):
+            causes.append((f"{at}.name", f'Invalid value: "{name}": {_ENV_VAR_NAME_HELP}'))
+        source = var.get("valueFrom")
+        if source is None:
+            continue
+        if var.get("value"):
+            causes.append(
+                (
+                    f"{at}.valueFrom",
+                    'Invalid value: "": may not be specified when `value` is not empty',
+                )
+            )
+        given = [k for k in _VALUE_SOURCES if isinstance(source, dict) and source.get(k)]
+        if len(given) != 1:
+            causes.append(
+                (
+                    f"{at}.valueFrom",
+                    'Invalid value: "": must specify one of: `fieldRef`, `resourceFieldRef`, '
+                    "`configMapKeyRef` or `secretKeyRef`"
+                    if not given
+                    else 'Invalid value: "": may not have more than one field specified at a time',
+                )
+            )
+        elif given[0] == "secretKeyRef":
+            ref = source["secretKeyRef"]
+            causes.extend(_secret_name_causes(ref.get("name"), f"{at}.valueFrom.secretKeyRef.name"))
+            key = ref.get("key")
+            if not key:
+                causes.append((f"{at}.valueFrom.secretKeyRef.key", "Required value"))
+            elif not isinstance(key, str) or len(key) > 253 or not _CONFIG_KEY.match(key):
+                causes.append(
+                    (
+                        f"{at}.valueFrom.secretKeyRef.key",
+                        f'Invalid value: "{key}": {_CONFIG_KEY_HELP}',
+                    )
+                )
+    for number, source in enumerate(container.get("envFrom") or []):
+        at = f"{where}.envFrom[{number}]"
+        ref = source.get("secretRef") if isinstance(source, dict) else None
+        if isinstance(ref, dict):
+            causes.extend(_secret_name_causes(ref.get("name"), f"{at}.secretRef.name"))
+        elif not isinstance(source, dict) or not source.get("configMapRef"):
+            causes.append(
+                (at, 'Invalid value: "": must specify one of: `configMapRef` or `secretRef`')
+            )
+    return causes
+
+
+def _secret_name_causes(name: Any, field: str) -> list[tuple[str, str]]:
+    if not name:
+        return [(field, "Required value")]
+    if not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        return [(field, f'Invalid value: "{name}": {_DNS_SUBDOMAIN_HELP}')]
+    return []
 
 
 def _resource_causes(resources: dict[str, Any], where: str) -> list[tuple[str, str]]:

@@ -29,5 +29,6 @@ RESOURCES: dict[str, Resource] = {
     "namespaces": Resource("namespaces", "Namespace", "", namespaced=False, short_names=("ns",)),
     "pods": Resource("pods", "Pod", "", namespaced=True, short_names=("po",)),
     "events": Resource("events", "Event", "", namespaced=True, short_names=("ev",)),
+    "secrets": Resource("secrets", "Secret", "", namespaced=True),
     "jobs": Resource("jobs", "Job", "batch", namespaced=True),
 }

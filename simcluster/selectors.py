@@ -130,6 +130,7 @@ FIELDS: dict[str, dict[str, FieldGetter]] = {
     "nodes": {**_META, "spec.unschedulable": _path("spec", "unschedulable")},
     "namespaces": {**_META, "status.phase": _path("status", "phase")},
     "jobs": {**_META, "status.successful": _path("status", "succeeded")},
+    "secrets": {**_META, "type": _path("type")},
     "events": {
         **_META,
         "involvedObject.kind": _path("involvedObject", "kind"),

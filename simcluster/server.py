@@ -13,6 +13,8 @@ Served paths (``{ns}`` a namespace)::
     GET    /api/v1/pods  /api/v1/namespaces/{ns}/pods[/{name}[/status|/log]]
     POST   /api/v1/namespaces/{ns}/pods     DELETE /api/v1/namespaces/{ns}/pods/{name}
     GET    /api/v1/events  /api/v1/namespaces/{ns}/events[/{name}]
+    GET    /api/v1/secrets  /api/v1/namespaces/{ns}/secrets[/{name}]       (list, watch, get)
+    POST   /api/v1/namespaces/{ns}/secrets  DELETE /api/v1/namespaces/{ns}/secrets/{name}
     GET    /apis/batch/v1/jobs  /apis/batch/v1/namespaces/{ns}/jobs[/{name}[/status]]
     POST   /apis/batch/v1/namespaces/{ns}/jobs   DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}
 
@@ -637,6 +639,8 @@ def _create(
     assert namespace is not None
     if resource.name == "jobs":
         return Response(201, cluster.create_job(namespace, data, dry_run=dry_run))
+    if resource.name == "secrets":
+        return Response(201, cluster.create_secret(namespace, data, dry_run=dry_run))
     return Response(201, cluster.create_pod(namespace, data, dry_run=dry_run))
 
 
@@ -656,6 +660,8 @@ def _delete(
             namespace, name, propagation=propagation, dry_run=dry_run
         )
         return Response(200, result, headers={"Warning": warning} if warning else {})
+    if resource.name == "secrets":
+        return Response(200, handler.cluster.delete_secret(namespace, name, dry_run=dry_run))
     return Response(
         200, handler.cluster.delete_pod(namespace, name, grace_seconds=grace, dry_run=dry_run)
     )
@@ -732,8 +738,10 @@ _OPERATIONS: dict[tuple[str, str, bool, str | None], Operation] = {
     ("POST", "namespaces", False, None): _create,
     ("POST", "jobs", False, None): _create,
     ("POST", "pods", False, None): _create,
+    ("POST", "secrets", False, None): _create,
     ("DELETE", "jobs", True, None): _delete,
     ("DELETE", "pods", True, None): _delete,
+    ("DELETE", "secrets", True, None): _delete,
     ("PATCH", "nodes", True, None): _patch_node,
     ("PATCH", "nodes", True, "status"): _patch_node_status,
 }
@@ -794,9 +802,9 @@ def _discovery(path: str, sim: SimServer) -> dict[str, Any] | None:
 
 def _api_resource(resource: Resource) -> dict[str, Any]:
     verbs = ["get", "list", "watch"]
-    if resource.name in ("namespaces", "jobs", "pods"):
+    if resource.name in ("namespaces", "jobs", "pods", "secrets"):
         verbs.append("create")
-    if resource.name in ("jobs", "pods"):
+    if resource.name in ("jobs", "pods", "secrets"):
         verbs.append("delete")
     if resource.name == "nodes":
         verbs.append("patch")

@@ -21,9 +21,9 @@ from portal.formatting import (
     format_memory,
     format_relative,
     format_shape,
-    masked_env,
     reason_words,
 )
+from portal.masking import shown_env
 from portal.views import plotly_version
 
 register = template.Library()
@@ -135,9 +135,11 @@ def shape(job: Any) -> str:
 
 
 @register.filter
-def env_shown(env: dict[str, str] | None) -> list[tuple[str, str]]:
-    """Environment variables as shown on a page: secret-looking values masked."""
-    return masked_env(env or {})
+def env_shown(env: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """Environment variables as shown on a page, by name: a reference to a Secret's key as
+    ``{"secret", "key"}``, secret-looking plain values masked (``portal.masking``, the rule the
+    API shares)."""
+    return list(shown_env(env or {}).items())
 
 
 @register.filter(name="reason_words")

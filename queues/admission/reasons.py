@@ -30,6 +30,9 @@ class ReasonCode(StrEnum):
     PRIORITY = "Priority"
     RESERVATION_WINDOW = "ReservationWindow"
     CLUSTER_UNSCHEDULABLE = "ClusterUnschedulable"
+    # Admitted, but the kubelet cannot configure its containers (CreateContainerConfigError):
+    # a Secret or key its environment references is missing.
+    CONTAINER_CONFIG_ERROR = "ContainerConfigError"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"
     NEVER_FITS = "NeverFits"
 

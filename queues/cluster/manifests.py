@@ -16,6 +16,7 @@ from typing import Any
 
 from queues.cluster.nodes import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from queues.cluster.pods import JOB_ID_LABEL, QUEUE_LABEL, TEAM_LABEL
+from queues.cluster.secrets import EnvValue, env_entries, env_from_entries
 
 MANAGED_BY = "gpu-portal"
 # Time a pod may take to be scheduled, pull its image and start before its runtime limit counts;
@@ -26,6 +27,10 @@ FINISHED_JOB_TTL = timedelta(hours=1)
 CHECKPOINT_ROOT = "/checkpoints"
 RUN_AS_USER = 1000
 
+# Kubernetes' long-standing rule for environment variable names (every version accepts it).
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+# The variables the portal sets itself in every pod; a job may not set its own.
+RESERVED_ENV_PREFIX = "GPUPORTAL_"
 # Kubernetes' quantity syntax: a decimal number with an optional binary or decimal suffix.
 _QUANTITY = re.compile(r"^[+]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
 
@@ -53,7 +58,7 @@ class LaunchSpec:
     image: str
     command: list[str]
     args: list[str]
-    env: dict[str, str]
+    env: dict[str, EnvValue]  # text, or a key of a Secret in the namespace
     nodes: list[str]  # node of each pod, in index order
     devices_per_pod: int
     mig_profile: str = ""
@@ -64,6 +69,7 @@ class LaunchSpec:
     job_token: str = ""
     api_url: str = ""
     extra_pod_annotations: dict[str, str] = field(default_factory=dict)
+    env_from: list[str] = field(default_factory=list)  # Secrets whose every key is a variable
 
 
 def job_manifest(spec: LaunchSpec) -> dict[str, Any]:
@@ -82,7 +88,7 @@ def job_manifest(spec: LaunchSpec) -> dict[str, Any]:
         "cpu": check_quantity(f"{spec.cpu_millicores}m"),
         "memory": check_quantity(f"{spec.memory_mib}Mi"),
     }
-    env = {
+    env: dict[str, EnvValue] = {
         **spec.env,
         "GPUPORTAL_JOB_ID": str(spec.job_id),
         "GPUPORTAL_CHECKPOINT_DIR": f"{CHECKPOINT_ROOT}/{name}",
@@ -129,7 +135,8 @@ def job_manifest(spec: LaunchSpec) -> dict[str, Any]:
                 "image": spec.image,
                 **({"command": list(spec.command)} if spec.command else {}),
                 **({"args": list(spec.args)} if spec.args else {}),
-                "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+                **({"envFrom": env_from_entries(spec.env_from)} if spec.env_from else {}),
+                "env": env_entries(env),
                 "resources": {"limits": limits, "requests": dict(limits)},
                 "securityContext": {
                     "allowPrivilegeEscalation": False,

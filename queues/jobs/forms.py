@@ -19,12 +19,15 @@ from portal.formatting import (
     parse_memory_mib,
 )
 from queues.catalog.selectors import queues_visible_to, teams_of
+from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.jobs.requests import (
+    FORM_SECRET_PREFIX,
     MAX_IMAGE_LENGTH,
     MAX_NAME_LENGTH,
     NO_SUCH_NAME,
     NOT_A_WHOLE_NUMBER,
     JobRequest,
+    Syntax,
     job_request_errors,
 )
 from queues.models import CapabilityClass, Queue, Team
@@ -80,26 +83,54 @@ class LinesField(forms.Field):
 
 
 class EnvField(forms.Field):
-    """``NAME=value`` per line."""
+    """``NAME=value`` per line; ``NAME=secret:<secret>/<key>`` takes the value from a key of a
+    Kubernetes Secret. A plain value that itself starts with ``secret:`` is written with a
+    backslash before it (``NAME=\\secret:…``), so that every request the API takes reads back
+    the same here."""
 
     widget = forms.Textarea(attrs={"rows": 3})
 
-    def to_python(self, value: Any) -> dict[str, str]:
-        env: dict[str, str] = {}
+    def to_python(self, value: Any) -> dict[str, EnvValue]:
+        env: dict[str, EnvValue] = {}
         text = "" if value in self.empty_values else str(value)
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             name, sep, val = line.partition("=")
+            name, val = name.strip(), val.strip()
             if not sep:
-                raise forms.ValidationError(f"line {number}: write NAME=value")
-            env[name.strip()] = val.strip()
+                raise forms.ValidationError(
+                    f"line {number}: write NAME=value, or NAME={FORM_SECRET_PREFIX}<secret>/<key> "
+                    "for a key of a Secret"
+                )
+            if val.startswith(FORM_SECRET_PREFIX):
+                secret, slash, key = val.removeprefix(FORM_SECRET_PREFIX).partition("/")
+                if not (secret.strip() and slash and key.strip()):
+                    raise forms.ValidationError(
+                        f"line {number}: write {name}={FORM_SECRET_PREFIX}<secret>/<key>, e.g. "
+                        f"{name}={FORM_SECRET_PREFIX}wandb/api-key (a plain value starting with "
+                        f"{FORM_SECRET_PREFIX} is written \\{FORM_SECRET_PREFIX}…)"
+                    )
+                env[name] = SecretKeyRef(secret.strip(), key.strip())
+            elif val.lstrip("\\").startswith(FORM_SECRET_PREFIX):
+                env[name] = val[1:]  # one backslash less: the value as it is
+            else:
+                env[name] = val
         return env
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, dict):
-            return "\n".join(f"{k}={v}" for k, v in value.items())
+            return "\n".join(f"{name}={_env_text(v)}" for name, v in env_of_json(value).items())
         return value
+
+
+def _env_text(value: EnvValue) -> str:
+    """A value as the form writes it (the inverse of ``EnvField.to_python``)."""
+    if isinstance(value, SecretKeyRef):
+        return f"{FORM_SECRET_PREFIX}{value.secret}/{value.key}"
+    if value.lstrip("\\").startswith(FORM_SECRET_PREFIX):
+        return "\\" + value
+    return value
 
 
 class QueueFilteredSelect(forms.Select):
@@ -184,7 +215,20 @@ class JobForm(forms.Form):
     )
     command = LinesField(required=False, help_text="One item per line.")
     args = LinesField(required=False, label="Arguments", help_text="One per line.")
-    env = EnvField(required=False, label="Environment", help_text="NAME=value per line.")
+    env = EnvField(
+        required=False,
+        label="Environment",
+        help_text="NAME=value per line. A secret (API key, token, password) is never typed here: "
+        "put it in a Kubernetes Secret in your team's namespace and write "
+        f"NAME={FORM_SECRET_PREFIX}<secret>/<key>, e.g. WANDB_API_KEY={FORM_SECRET_PREFIX}wandb/"
+        "api-key; the portal never sees its value.",
+    )
+    env_from = LinesField(
+        required=False,
+        label="Environment from Secrets",
+        help_text="Kubernetes Secrets in your team's namespace, one per line: every key of each "
+        "becomes a variable.",
+    )
     checkpoint_interval = DurationField(
         required=False, help_text="Queues that may preempt require one; empty: the queue's."
     )
@@ -213,7 +257,7 @@ class JobForm(forms.Form):
                 "declared_gpu_memory_gb",
             ),
         ),
-        ("What runs", ("name", "image", "command", "args", "env")),
+        ("What runs", ("name", "image", "command", "args", "env", "env_from")),
     )
 
     def groups(self) -> list[tuple[str, list[forms.BoundField]]]:
@@ -251,7 +295,7 @@ class JobForm(forms.Form):
             readable = {
                 n: v for n, v in data.items() if n not in self.errors and v not in (None, "")
             }
-            request = JobRequest.of(owner=self.user, values=readable)
+            request = JobRequest.of(owner=self.user, values=readable, syntax=Syntax.FORM)
             failed = set(self.errors)
             for field_name, messages in job_request_errors(request).items():
                 if field_name in failed:
@@ -261,7 +305,7 @@ class JobForm(forms.Form):
         return data
 
     def job_request(self) -> JobRequest:
-        return JobRequest.of(owner=self.user, values=self.cleaned_data)
+        return JobRequest.of(owner=self.user, values=self.cleaned_data, syntax=Syntax.FORM)
 
     def add_rule_errors(self, errors: dict[str, list[str]]) -> None:
         """Put the request's refusals under the fields they concern."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,10 @@ from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
 from portal.formatting import HIDDEN_CHARACTERS, display, format_duration, has_hidden_characters
+from portal.masking import MASK, looks_secret, shown_env
 from queues.admission.asks import pods_held
+from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
+from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.models import (
     CapabilityClass,
     GpuClass,
@@ -35,6 +39,7 @@ from queues.models import (
     Quota,
     Reservation,
     SharingMode,
+    SubmissionSettings,
     Team,
     TeamMembership,
 )
@@ -52,9 +57,11 @@ MAX_IMAGE_LENGTH = 500
 MAX_LIST_ITEMS = 256  # command items, arguments, environment variables
 MAX_ITEM_LENGTH = 4096
 MAX_ENV_NAME_LENGTH = 256
-# Kubernetes' long-standing rule for environment variable names (every version accepts it).
-ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
-RESERVED_ENV_PREFIX = "GPUPORTAL_"
+# What a job may name in a Secret reference, as the API server checks a pod: a Secret's name is
+# a DNS-1123 subdomain, a key what Kubernetes calls a config key.
+SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+MAX_SECRET_NAME_LENGTH = 253
 # The OCI distribution reference grammar: [registry[:port]/]path[:tag][@digest], ASCII only.
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN = (
@@ -70,6 +77,18 @@ NOT_A_WHOLE_NUMBER = "must be a whole number"
 NO_SUCH_NAME = "no {what} named {value}"
 
 
+class Syntax(StrEnum):
+    """How the submitter wrote the request: a refusal that explains how to write something
+    quotes the submitter's own syntax."""
+
+    API = "api"  # JSON: "WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}
+    FORM = "form"  # a line: WANDB_API_KEY=secret:wandb/api-key
+
+
+# The form's spelling of a reference to a Secret's key: NAME=secret:<secret>/<key>.
+FORM_SECRET_PREFIX = "secret:"
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """A submission as the form or the API gives it, before it is accepted."""
@@ -81,7 +100,8 @@ class JobRequest:
     image: str = ""
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, EnvValue] = field(default_factory=dict)  # text, or a Secret's key
+    env_from: list[str] = field(default_factory=list)  # Secrets: each key a variable
     pods: int = 1
     gpus_per_pod: int = 1
     runtime_limit: timedelta | None = None
@@ -91,16 +111,27 @@ class JobRequest:
     cpu_millicores_per_pod: int = 1000
     memory_mib_per_pod: int = 4096
     name: str = ""
+    syntax: Syntax = Syntax.API  # not a field of the job: how its messages quote it
 
     @classmethod
-    def of(cls, *, owner: User, values: Mapping[str, Any]) -> JobRequest:
+    def of(
+        cls, *, owner: User, values: Mapping[str, Any], syntax: Syntax = Syntax.API
+    ) -> JobRequest:
         """A request from the values an adapter read, by field name (absent: the default)."""
-        return cls(owner=owner, **{name: values[name] for name in REQUEST_FIELDS if name in values})
+        return cls(
+            owner=owner,
+            syntax=syntax,
+            **{name: values[name] for name in REQUEST_FIELDS if name in values},
+        )
 
     @classmethod
     def of_job(cls, job: Job) -> JobRequest:
-        """The request that would submit ``job`` again, as stored (resubmit)."""
-        return cls(owner=job.owner, **{name: getattr(job, name) for name in REQUEST_FIELDS})
+        """The request that would submit ``job`` again, as stored (its environment's
+        references as ``SecretKeyRef``)."""
+        values = {name: getattr(job, name) for name in REQUEST_FIELDS}
+        values["env"] = env_of_json(job.env)
+        values["env_from"] = list(job.env_from)
+        return cls(owner=job.owner, **values)
 
     def values(self) -> dict[str, Any]:
         """The request's fields by name, without the owner (a form's initial values)."""
@@ -136,8 +167,19 @@ SIZE_FIELDS = frozenset(
 
 # The one list of a request's fields: adapters, resubmit and the stored job follow it.
 REQUEST_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in dataclasses.fields(JobRequest) if f.name != "owner"
+    f.name for f in dataclasses.fields(JobRequest) if f.name not in ("owner", "syntax")
 )
+
+
+def resubmit_values(job: Job) -> tuple[dict[str, Any], list[str]]:
+    """The values that prefill the form to submit ``job`` again, and the names of the variables
+    whose values the copy does not carry. A plain value of a secret-looking name is never shown
+    (``portal.masking``), so the copy holds the mask instead, which a submission refuses with
+    how to reference a Secret: the mask is never submitted as a value."""
+    values = JobRequest.of_job(job).values()
+    shown = shown_env(job.env)
+    values["env"] = env_of_json(shown)
+    return values, sorted(name for name, value in shown.items() if value == MASK)
 
 
 def job_request_errors(
@@ -147,7 +189,8 @@ def job_request_errors(
     (sizes, characters, what the database can store), then its queue's terms. A field whose value
     is already wrong is not also judged against the terms. ``cache`` remembers what was read for
     the requests of one batch (memberships, node sizes)."""
-    errors = request_value_errors(request)
+    cache = {} if cache is None else cache
+    errors = request_value_errors(request, cache=cache)
     # Sizes out of every bound are not measured against the terms (their arithmetic, with
     # 10**25 pods, overflows what any message can show); the names' rules still apply.
     judge = request_access_errors if errors.keys() & SIZE_FIELDS else request_term_errors
@@ -157,9 +200,13 @@ def job_request_errors(
     return errors
 
 
-def request_value_errors(request: JobRequest) -> dict[str, list[str]]:
-    """What is wrong with the request's values on their own, by field."""
+def request_value_errors(
+    request: JobRequest, *, cache: dict[Any, Any] | None = None
+) -> dict[str, list[str]]:
+    """What is wrong with the request's values on their own, by field (with the policy's
+    allowance of plain secret-looking variables, remembered in ``cache``)."""
     errors: dict[str, list[str]] = {}
+    cache = {} if cache is None else cache
 
     def refuse(field_name: str, message: str | None) -> None:
         if message:
@@ -169,8 +216,10 @@ def request_value_errors(request: JobRequest) -> dict[str, list[str]]:
     refuse("image", _image_problem(request.image))
     refuse("command", _list_problem(request.command))
     refuse("args", _list_problem(request.args))
-    for message in _env_problems(request.env):
+    for message in env_problems(request, allowed=lambda: plain_env_names_allowed(cache)):
         refuse("env", message)
+    for message in env_from_problems(request.env_from):
+        refuse("env_from", message)
     for name in ("pods", "gpus_per_pod", "cpu_millicores_per_pod", "memory_mib_per_pod"):
         refuse(name, _count_problem(getattr(request, name)))
     if request.declared_gpu_memory_gb is not None:
@@ -224,7 +273,11 @@ def _list_problem(items: list[str]) -> str | None:
     return None
 
 
-def _env_problems(env: Mapping[str, str]) -> list[str]:
+def env_problems(request: JobRequest, *, allowed: Callable[[], frozenset[str]]) -> list[str]:
+    """What is wrong with the request's environment variables, each message naming the
+    variable (``env.WANDB_API_KEY.secret: …``). ``allowed`` gives the policy's secret-looking
+    names that may carry a plain value (read only when one is given)."""
+    env = request.env
     if len(env) > MAX_LIST_ITEMS:
         return [f"at most {MAX_LIST_ITEMS} variables (this has {len(env):,})"]
     problems = []
@@ -239,11 +292,95 @@ def _env_problems(env: Mapping[str, str]) -> list[str]:
             )
         elif name.startswith(RESERVED_ENV_PREFIX):
             problems.append(f"{name} is reserved: the portal sets {RESERVED_ENV_PREFIX}…")
+        elif isinstance(value, SecretKeyRef):
+            if problem := secret_name_problem(value.secret):
+                problems.append(f"env.{name}.secret: {problem}")
+            if problem := secret_key_problem(value.key):
+                problems.append(f"env.{name}.key: {problem}")
         elif len(value) > MAX_ITEM_LENGTH:
             problems.append(f"{name}: a value has at most {MAX_ITEM_LENGTH} characters")
         elif "\x00" in value:
             problems.append(f"{name}: a value must not contain a NUL character")
+        elif has_hidden_characters(value, line_breaks=True):
+            problems.append(f"{name}: a value {HIDDEN_CHARACTERS}")
+        elif value == MASK:
+            again = " or type the value again" if name in allowed() else ""
+            problems.append(
+                f"env.{name}: {MASK} is how the portal hides a secret value, not the value: "
+                f"reference a Kubernetes Secret instead{again} ({_reference(request, name)})"
+            )
+        elif looks_secret(name) and name not in allowed():
+            namespace = request.team.namespace
+            problems.append(
+                f"env.{name}: the name looks secret, and the portal keeps no secret values: put "
+                f"the value in a Kubernetes Secret in namespace {namespace} (kubectl create "
+                f"secret generic <secret> --from-literal=<key>=… -n {namespace}) and reference "
+                f"it as {_reference(request, name)}; an admin may allow plain values for "
+                f"{name} in the policy"
+            )
     return problems
+
+
+def _reference(request: JobRequest, name: str) -> str:
+    """How the submitter writes a reference to a Secret's key, in its own syntax."""
+    if request.syntax == Syntax.FORM:
+        return f"{name}={FORM_SECRET_PREFIX}<secret>/<key>"
+    return f'"{name}": {{"secret": "<secret>", "key": "<key>"}}'
+
+
+def env_from_problems(secrets: Sequence[str]) -> list[str]:
+    """What is wrong with the Secrets named in ``env_from``."""
+    if len(secrets) > MAX_LIST_ITEMS:
+        return [f"at most {MAX_LIST_ITEMS} Secrets (this has {len(secrets):,})"]
+    problems = []
+    for secret, count in Counter(secrets).items():
+        if problem := secret_name_problem(secret):
+            problems.append(problem)
+        elif count > 1:
+            problems.append(f"Secret {secret} is named {count} times")
+    return problems
+
+
+def _quoted(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:40] + "…")
+
+
+def secret_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Secret (a DNS-1123 subdomain), or None."""
+    if len(name) > MAX_SECRET_NAME_LENGTH or not SECRET_NAME.fullmatch(name):
+        return (
+            f"{_quoted(name)} is not a valid Secret name: lowercase letters, digits, '-' and '.', "
+            f"starting and ending with a letter or digit, at most {MAX_SECRET_NAME_LENGTH} "
+            "characters"
+        )
+    return None
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be a key of a Secret, or None."""
+    if len(key) > MAX_SECRET_NAME_LENGTH or not SECRET_KEY.fullmatch(key):
+        return (
+            f"{_quoted(key)} is not a valid key of a Secret: letters, digits, '-', '_' and '.', "
+            f"at most {MAX_SECRET_NAME_LENGTH} characters"
+        )
+    if key in (".", "..") or key.startswith(".."):
+        return f"{_quoted(key)} is not a valid key of a Secret: not '.' or '..' or starting '..'"
+    return None
+
+
+def plain_env_names_allowed(cache: dict[Any, Any]) -> frozenset[str]:
+    """The secret-looking variable names the policy lets carry a plain value (``submissions``
+    section), read once per ``cache``."""
+    key = "plain env names allowed"
+    if key not in cache:
+        names = (
+            SubmissionSettings.objects.filter(pk=1)
+            .values_list("plain_env_names_allowed", flat=True)
+            .first()
+        )
+        cache[key] = frozenset(names or ())
+    allowed: frozenset[str] = cache[key]
+    return allowed
 
 
 def _count_problem(value: int) -> str | None:

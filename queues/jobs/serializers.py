@@ -18,8 +18,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.formatting import format_duration, is_ascii_number_text, parse_duration
+from portal.masking import MASK, shown_env
 from queues.admission.reasons import ReasonCode
 from queues.catalog.serializers import DurationText
+from queues.cluster.secrets import SecretKeyRef
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
 from queues.models import NAME, CapabilityClass, CapacityKind, Job, JobEvent, JobState, Queue, Team
 
@@ -72,6 +74,85 @@ class _WholeNumber(serializers.IntegerField):
         if isinstance(data, str) and not is_ascii_number_text(data):
             self.fail("invalid")
         return int(super().to_internal_value(data))
+
+
+SECRET_KEY_REF_SCHEMA = {
+    "type": "object",
+    "description": "The value of one key of a Kubernetes Secret in the team's namespace "
+    "(the pod's secretKeyRef): the portal never sees it.",
+    "properties": {
+        "secret": {"type": "string", "example": "wandb", "description": "The Secret's name."},
+        "key": {"type": "string", "example": "api-key", "description": "The key in it."},
+    },
+    "required": ["secret", "key"],
+    "additionalProperties": False,
+}
+ENV_VALUE_SCHEMA = {
+    "oneOf": [
+        {
+            "type": "string",
+            "description": f"A plain value. Answered as {MASK} when the name looks secret.",
+        },
+        SECRET_KEY_REF_SCHEMA,
+    ]
+}
+_ENV_VALUE = 'text, or a key of a Secret: {"secret": "<secret>", "key": "<key>"}'
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": ENV_VALUE_SCHEMA,
+        "example": {
+            "WANDB_MODE": "offline",
+            "WANDB_API_KEY": {"secret": "wandb", "key": "api-key"},
+        },
+    }
+)
+class EnvironmentField(serializers.Field):
+    """Environment variables, name → a plain value or a reference to a Secret's key. Reads the
+    shape only (the names and the Secret's names are the request's rules); answers a stored
+    environment as ``portal.masking`` shows it to anybody: references as references, values of
+    secret-looking names masked, exactly as the job page does."""
+
+    # Braces doubled: DRF formats these messages.
+    default_error_messages = {
+        "invalid": "an object of variable name → "
+        + _ENV_VALUE.replace("{", "{{").replace("}", "}}")
+    }
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        env: dict[str, Any] = {}
+        problems = []
+        for name, value in data.items():
+            if isinstance(value, str):
+                env[name] = value
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                env[name] = str(value)  # a number is read as its text, as everywhere else
+            elif isinstance(value, dict) and set(value) == {"secret", "key"}:
+                wrong = [p for p in ("secret", "key") if not isinstance(value[p], str)]
+                for part in wrong:
+                    problems.append(f"env.{name}.{part}: must be text")
+                if not wrong:
+                    env[name] = SecretKeyRef(value["secret"], value["key"])
+            elif isinstance(value, dict):
+                missing = sorted({"secret", "key"} - set(value))
+                unknown = sorted(str(k) for k in set(value) - {"secret", "key"})
+                problems += [f"env.{name}.{part}: required" for part in missing]
+                problems += [
+                    f"env.{name}.{part[:40]}: unknown (a reference has secret and key)"
+                    for part in unknown
+                ]
+            else:
+                problems.append(f"env.{str(name)[:40]}: must be " + _ENV_VALUE)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return env
+
+    def to_representation(self, value: Any) -> dict[str, Any]:
+        return shown_env(value or {})
 
 
 def _whole_number(**kwargs: Any) -> serializers.IntegerField:
@@ -151,8 +232,19 @@ class JobSubmitSerializer(serializers.Serializer):
     image = serializers.CharField(allow_blank=True)
     command = _strings("The program and its arguments as a list (the image's entrypoint if empty).")
     args = _strings("More arguments, as a list.")
-    env = serializers.DictField(
-        child=_Text(), required=False, help_text="Environment variables, name → value."
+    env = EnvironmentField(
+        required=False,
+        help_text="Environment variables, name → a plain value, or a key of a Kubernetes "
+        'Secret in the team\'s namespace: {"secret": "wandb", "key": "api-key"}. A plain value '
+        "of a name that looks secret (…KEY, …TOKEN, …PASSWORD) is refused unless the policy "
+        "allows that name.",
+    )
+    env_from = serializers.ListField(
+        child=_Text(),
+        required=False,
+        error_messages={"not_a_list": "a list of Secret names"},
+        help_text="Kubernetes Secrets in the team's namespace whose every key becomes a variable "
+        "(the pod's envFrom).",
     )
     checkpoint_interval = DurationInput(
         required=False,
@@ -227,7 +319,11 @@ class JobSerializer(serializers.ModelSerializer):
     )
     command = serializers.ListField(child=serializers.CharField(allow_blank=True), read_only=True)
     args = serializers.ListField(child=serializers.CharField(allow_blank=True), read_only=True)
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True), read_only=True)
+    env = EnvironmentField(
+        read_only=True,
+        help_text=f"Plain values of names that look secret are {MASK}, as on the job page.",
+    )
+    env_from = serializers.ListField(child=serializers.CharField(), read_only=True)
     pending_reasons = PendingReasonSerializer(many=True, read_only=True)
 
     class Meta:
@@ -249,6 +345,7 @@ class JobSerializer(serializers.ModelSerializer):
             "command",
             "args",
             "env",
+            "env_from",
             "runtime_limit",
             "checkpoint_interval",
             "priority",

@@ -12,6 +12,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from portal.masking import holds_secret_values
+from queues.cluster.secrets import env_json
 from queues.jobs.requests import (
     REQUEST_FIELDS,
     JobRequest,
@@ -260,6 +262,7 @@ def _job_row(request: JobRequest, now: datetime) -> Job:
     checkpoint = request.checkpoint_interval
     if queue.may_preempt and checkpoint is None:
         checkpoint = queue.checkpoint_interval
+    env = env_json(request.env)
     return Job(
         owner=request.owner,
         team=request.team,
@@ -272,7 +275,11 @@ def _job_row(request: JobRequest, now: datetime) -> Job:
         image=request.image.strip(),
         command=list(request.command),
         args=list(request.args),
-        env=dict(request.env),
+        env=env,
+        env_from=list(request.env_from),
+        # A plain value of a secret-looking name (the policy allowed it) is kept only while
+        # the job may still start pods: the reconcile masks it once the job has ended.
+        holds_secret_values=holds_secret_values(env),
         runtime_limit=request.runtime,
         checkpoint_interval=checkpoint,
         priority=request.job_priority,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,7 +25,7 @@ from queues.cluster.prometheus import prometheus_from_settings
 from queues.jobs.duty import job_duty
 from queues.jobs.forms import JobForm
 from queues.jobs.preview import Preview, job_alternatives, job_preview
-from queues.jobs.requests import JobRequest
+from queues.jobs.requests import FORM_SECRET_PREFIX, JobRequest, resubmit_values
 from queues.jobs.selectors import (
     job_cost_so_far,
     job_drain_notice,
@@ -86,7 +87,7 @@ def job_new(request: PortalRequest) -> HttpResponse:
     if not teams_of(request.user).exists():
         # nobody submits outside a team: say so instead of offering an empty form
         return render(request, "jobs/no_team.html", status=200)
-    initial = {}
+    initial: dict[str, Any] = {}
     source = request.GET.get("from")
     # ASCII digits only: "³" passes str.isdigit() but int() refuses it.
     if (
@@ -95,11 +96,18 @@ def job_new(request: PortalRequest) -> HttpResponse:
         and source.isdigit()
         and (copy := job_for(request.user, int(source)))
     ):
-        initial = JobRequest.of_job(copy).values()
+        initial, hidden = resubmit_values(copy)
         # a "would start sooner" suggestion followed: the same job in its queue and class
         for name in ("queue", "capability_class"):
             if request.GET.get(name):
                 initial[name] = request.GET[name]
+        if hidden and request.method == "GET":
+            messages.warning(
+                request,
+                f"The copy does not carry the value{'s' if len(hidden) > 1 else ''} of "
+                f"{', '.join(hidden)}: the portal never shows secret values. Reference a "
+                f"Kubernetes Secret instead (NAME={FORM_SECRET_PREFIX}<secret>/<key>).",
+            )
     form = JobForm(request.POST or None, user=request.user, initial=initial)
     preview = None
     if request.method == "POST" and form.is_valid():

@@ -30,6 +30,7 @@ from queues.models import (
     RateCardWeight,
     Reservation,
     RoleGroups,
+    SubmissionSettings,
     Team,
     TeamCostCenter,
     TeamMembership,
@@ -242,6 +243,23 @@ def _rate_card_rewrites(current: Policy, wanted: Policy) -> list[Problem]:
     return problems
 
 
+def _write_submissions(
+    before: Mapping[str, Any] | None, wanted: Mapping[str, Any], report: PolicyReport
+) -> None:
+    """The ``submissions`` section: one settings row (audited like every policy object)."""
+    if before == wanted:
+        return
+    row = SubmissionSettings.objects.filter(pk=1).first() or SubmissionSettings(pk=1)
+    row.plain_env_names_allowed = list(wanted["plain_env_names_allowed"])
+    row.save()
+    if before is None:
+        report.changes.append(Change("submissions", "settings", "created"))
+    else:
+        report.changes.append(
+            Change("submissions", "settings", "changed", diff_fields(before, wanted))
+        )
+
+
 def _overcommitments(result: Policy, *, now: datetime) -> list[Problem]:
     """Quotas plus peak reservations of each GPU class must fit its healthy capacity, if known,
     in GPU-equivalents: a node cut into MIG slices offers its slices' shares (an A100 cut into
@@ -323,6 +341,8 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
                     report.changes.append(
                         Change("roles", role, "changed", diff_fields(before[role], fields))
                     )
+    if "submissions" in wanted:
+        _write_submissions(current.get("submissions"), wanted["submissions"], report)
     writers = {
         "gpu_classes": _write_gpu_class,
         "capability_classes": _write_capability_class,

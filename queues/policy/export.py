@@ -17,6 +17,7 @@ from queues.models import (
     RateCardWeight,
     Reservation,
     RoleGroups,
+    SubmissionSettings,
     Team,
     TeamMembership,
 )
@@ -34,6 +35,11 @@ def policy_current() -> Policy:
     settings_row = FairShareSettings.objects.filter(pk=1).first()
     if settings_row is not None:
         policy["fair_share"] = {"usage_half_life": settings_row.usage_half_life}
+    submissions = SubmissionSettings.objects.filter(pk=1).first()
+    if submissions is not None:
+        policy["submissions"] = {
+            "plain_env_names_allowed": sorted(submissions.plain_env_names_allowed)
+        }
     policy["gpu_classes"] = {
         g.name: {
             "product": g.product,
@@ -163,6 +169,8 @@ def dump_policy(policy: Policy) -> str:
     document: dict[str, Any] = {}
     if "fair_share" in policy:
         document["fair_share"] = dict(policy["fair_share"])
+    if "submissions" in policy:
+        document["submissions"] = dict(policy["submissions"])
     for section in NAMED_SECTIONS:
         if section in policy:
             document[section] = [

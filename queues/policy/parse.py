@@ -29,6 +29,7 @@ from portal.formatting import (
     is_ascii_number_text,
     parse_duration,
 )
+from portal.masking import looks_secret
 from queues.admission.capability import (
     PRECISIONS,
     CapabilityRequest,
@@ -37,11 +38,13 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
+from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.models import NAME, NAMESPACE_PATTERN, PortalRole, PreemptionClass, SharingMode
 from queues.rates import GPU_AMOUNT_PLACES
 
 SECTIONS = (
     "fair_share",
+    "submissions",
     "gpu_classes",
     "capability_classes",
     "teams",
@@ -448,6 +451,12 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
         else:
             problems.append(Problem("fair_share", None, "must be a mapping"))
 
+    submissions = (
+        _parse_submissions(data["submissions"], problems) if "submissions" in data else None
+    )
+    if submissions is not None:
+        policy["submissions"] = submissions
+
     # References resolve against the file's own section, or, where the file leaves a section out,
     # against what the database already holds.
     existing = existing or {}
@@ -477,6 +486,46 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
     if problems:
         raise PolicyError(problems)
     return policy
+
+
+def _parse_submissions(raw: Any, problems: list[Problem]) -> dict[str, Any] | None:
+    """``submissions``: rules on what a job may carry. ``plain_env_names_allowed`` lists the
+    environment variable names that look secret (``portal.masking``) but may carry a plain
+    value, e.g. ``HF_TOKEN_PATH``; every other such name must reference a Kubernetes Secret."""
+    if not isinstance(raw, dict):
+        problems.append(Problem("submissions", None, "must be a mapping"))
+        return None
+    entry = _Entry("submissions", raw, problems)
+    entry.check_fields(["plain_env_names_allowed"])
+    names = raw.get("plain_env_names_allowed")
+    if names is None:
+        return {"plain_env_names_allowed": []}
+    field = "plain_env_names_allowed"
+    if not isinstance(names, list):
+        entry.problem(field, f"{_shown(names)} is not a list of environment variable names")
+        return None
+    allowed: set[str] = set()
+    for index, name in enumerate(names):
+        at = f"{field}[{index}]"
+        if not isinstance(name, str):
+            entry.problem(at, f"{_shown(name)} is not text")
+        elif not ENV_NAME.fullmatch(name) or len(name) > 256:
+            entry.problem(
+                at,
+                f"{_shown(name)} is not a valid environment variable name (letters, digits, "
+                "'_', '-', '.'; not starting with a digit)",
+            )
+        elif name.startswith(RESERVED_ENV_PREFIX):
+            entry.problem(at, f"{name} is reserved: the portal sets {RESERVED_ENV_PREFIX}…")
+        elif not looks_secret(name):
+            entry.problem(
+                at, f"{name} does not look secret: it may carry a plain value without this"
+            )
+        elif name in allowed:
+            entry.problem(at, f"{name} is listed twice")
+        else:
+            allowed.add(name)
+    return {"plain_env_names_allowed": sorted(allowed)}
 
 
 def _parse_gpu_classes(data: Mapping[str, Any], problems: list[Problem]) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from queues.models import (
     JobState,
 )
 from queues.reconcile.history import history_record
-from queues.reconcile.jobs import jobs_sync
+from queues.reconcile.jobs import jobs_sync, secret_values_mask
 from queues.reconcile.leases import lease_acquire, lease_release
 from queues.reconcile.nodes import maintenance_preempt, nodes_sync
 from queues.reconcile.plan import (
@@ -132,6 +132,7 @@ def _cycle(
         nodes_sync(view, now=now)
         unknown = unknown_jobs(view)
         jobs_sync(view, now=now, report=report)
+        secret_values_mask()
         usage_sync(view, now=now, report=report)
         maintenance_preempt(now=now, report=report)
     with report.step("snapshot"):

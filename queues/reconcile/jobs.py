@@ -10,13 +10,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
 from portal.formatting import format_duration
+from portal.masking import mask_secret_values
 from queues import admission as engine
+from queues.admission.reasons import time_text
 from queues.cluster.pods import PodFacts, parse_time
+from queues.cluster.secrets import CONFIG_ERROR, MissingSecret, env_of_json, missing_secret
 from queues.models import (
+    FINISHED_JOB_STATES,
     K8S_JOB_STATES,
     EventKind,
     Job,
@@ -281,6 +286,8 @@ def _sync_admitted(
     if _finished(k8s):
         _sync_running(job, pods, k8s, now=now, report=report)
         return
+    if _config_error(job, pods, now=now, report=report):
+        return  # rolling back would not help: the Secret is missing wherever it runs
     stuck = _unschedulable_noted(job, pods)
     if job.admitted_at and now - job.admitted_at > START_TIMEOUT:
         _roll_back(job, started=len(started), stuck=stuck, now=now, report=report)
@@ -307,6 +314,80 @@ def _image_pull_failed(
         counted=(report, "admitted→failed"),
     )
     return True
+
+
+def _config_error(job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport) -> bool:
+    """A pod the kubelet cannot configure (``CreateContainerConfigError``: a Secret or key its
+    environment references is missing) waits bound to its node, holding its GPUs, until the
+    Secret exists. The job shows why in plain words, with the command that fixes it, and fails
+    ``MISSING_SECRET_GRACE_SECONDS`` after its admission if it still waits, giving its GPUs
+    back. Returns whether a pod is in that state."""
+    stuck = next((p for p in pods if p.container.reason == CONFIG_ERROR), None)
+    if stuck is None:
+        return False
+    cluster_message = stuck.container.message
+    missing = missing_secret(cluster_message, namespace=stuck.namespace)
+    deadline = (job.admitted_at or now) + timedelta(seconds=settings.MISSING_SECRET_GRACE_SECONDS)
+    what = _missing_text(missing, cluster_message)
+    if now >= deadline:
+        job_transition(
+            job,
+            to=JobState.FAILED,
+            kind=EventKind.FAILED,
+            now=now,
+            message=f"its pods could not start: {what}; gave its GPUs back after waiting "
+            f"{minutes_text(deadline - (job.admitted_at or now))}",
+            details={"cluster_reason": CONFIG_ERROR, "cluster_message": cluster_message},
+            failure_reason=f"{CONFIG_ERROR}: {what}"[:300],
+            finished_at=now,
+            terminating=True,
+            counted=(report, "admitted→failed"),
+        )
+        return True
+    env = Job.objects.filter(pk=job.pk).values_list("env", flat=True).first() or {}
+    reason = engine.PendingReason(
+        engine.ReasonCode.CONTAINER_CONFIG_ERROR,
+        f"admitted, but its pods cannot start: {what}",
+        {
+            "cluster_reason": CONFIG_ERROR,
+            "cluster_message": cluster_message,
+            "namespace": missing.namespace if missing else stuck.namespace,
+            "secret": missing.secret if missing else "",
+            "key": missing.key if missing else "",
+        },
+        f"{_missing_fix(missing, env)}; the job starts once it is there, or fails at "
+        f"{time_text(deadline)} and gives its GPUs back",
+    )
+    Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).update(
+        pending_reasons=[reason.to_dict()]
+    )
+    return True
+
+
+def _missing_text(missing: MissingSecret | None, cluster_message: str) -> str:
+    """What is missing, in plain words (the kubelet's own when it is not a Secret)."""
+    if missing is None:
+        return f"the cluster cannot configure its container ({cluster_message})"
+    if missing.key:
+        return f"Secret {missing.secret} in namespace {missing.namespace} has no key {missing.key}"
+    return f"Secret {missing.secret} does not exist in namespace {missing.namespace}"
+
+
+def _missing_fix(missing: MissingSecret | None, env: dict[str, Any]) -> str:
+    """The command that makes a missing Secret or key exist (its value left for the member)."""
+    if missing is None:
+        return "fix what the cluster names"
+    ns, secret = missing.namespace, missing.secret
+    if missing.key:
+        return (
+            f"add the key: kubectl patch secret {secret} -n {ns} --type merge -p "
+            f'\'{{"stringData": {{"{missing.key}": "…"}}}}\''
+        )
+    keys = sorted(
+        {v.key for v in env_of_json(env).values() if not isinstance(v, str) and v.secret == secret}
+    ) or ["<key>"]
+    literals = " ".join(f"--from-literal={key}=…" for key in keys)
+    return f"create it: kubectl create secret generic {secret} {literals} -n {ns}"
 
 
 def _gang_started(job: Job, started: list[PodFacts], *, now: datetime, report: CycleReport) -> None:
@@ -465,3 +546,15 @@ def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: C
         terminating=bool(pods),
         counted=(report, "deleted outside"),
     )
+
+
+def secret_values_mask() -> int:
+    """Mask the plain values of secret-looking variables (the policy allowed them) of jobs that
+    have ended: a job keeps them only while it may still start pods. Returns how many jobs."""
+    ended = Job.objects.filter(holds_secret_values=True, state__in=FINISHED_JOB_STATES)
+    masked = 0
+    for job_id, env in ended.values_list("id", "env"):
+        masked += Job.objects.filter(
+            pk=job_id, holds_secret_values=True, state__in=FINISHED_JOB_STATES
+        ).update(env=mask_secret_values(env), holds_secret_values=False)
+    return masked

@@ -21,6 +21,7 @@ from queues import admission as engine
 from queues.admission.reasons import span_text
 from queues.cluster.adapter import Cluster, ClusterRejected, ClusterUnreachable
 from queues.cluster.manifests import LaunchSpec, job_manifest, job_name
+from queues.cluster.secrets import env_of_json
 from queues.models import (
     GPU_HOLDING_STATES,
     EventKind,
@@ -610,7 +611,8 @@ def launch_spec(job: Job) -> LaunchSpec:
         image=job.image,
         command=list(job.command),
         args=list(job.args),
-        env={str(k): str(v) for k, v in job.env.items()},
+        env=env_of_json(job.env),
+        env_from=[str(s) for s in job.env_from],
         nodes=list(job.nodes),
         devices_per_pod=job.gpus_per_pod,
         mig_profile=job.mig_profile,
@@ -627,7 +629,8 @@ def launch_spec(job: Job) -> LaunchSpec:
 def _sim_annotations(job: Job) -> dict[str, str]:
     """Simulation-only annotations a job may carry in its environment (demo and tests)."""
     duration = job.env.get("SIM_DURATION_SECONDS")
-    return {"sim.gpuportal.io/duration-seconds": str(duration)} if duration else {}
+    wanted = isinstance(duration, str) and duration
+    return {"sim.gpuportal.io/duration-seconds": duration} if wanted else {}
 
 
 def _create_refused(job: Job, exc: ClusterRejected, *, now: datetime, report: CycleReport) -> None:

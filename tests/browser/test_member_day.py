@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import Page, expect
 
 from queues.cluster.adapter import Cluster
+from queues.cluster.secrets import SecretKeyRef
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
@@ -78,7 +79,10 @@ def submit(
             capability_class=CapabilityClass.objects.get(name=capability),
             image="registry.example/train:1",
             command=["python", "train.py"],
-            env={"SIM_DURATION_SECONDS": str(seconds), "WANDB_API_KEY": "s3cret-value"},
+            env={
+                "SIM_DURATION_SECONDS": str(seconds),
+                "WANDB_API_KEY": SecretKeyRef("wandb", "api-key"),
+            },
             gpus_per_pod=gpus,
             **fields,
         )
@@ -90,6 +94,11 @@ def small_cluster(
     sim_cluster_factory, example_policy
 ) -> Iterator[tuple[SimClusterHandle, Callable[[], CycleReport]]]:
     sim = sim_cluster_factory(nodes=SMALL_CLUSTER)
+    # The Secret the jobs' WANDB_API_KEY references, as a member creates it with kubectl.
+    sim.core().create_namespace({"metadata": {"name": "team-vision"}})
+    sim.core().create_namespaced_secret(
+        "team-vision", {"metadata": {"name": "wandb"}, "stringData": {"api-key": "s3cret-value"}}
+    )
     adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
 
     def cycle() -> CycleReport:
@@ -129,7 +138,9 @@ def test_the_preview_marks_a_bad_field_and_a_broken_rule_as_submit_does(
     expect(preview).to_contain_text("Nothing was submitted: fix the fields marked above.")
     expect(page.locator("header.topbar")).to_have_count(1)  # no page inside the box
     expect(preview.locator("header, nav, form")).to_have_count(0)
-    expect(page.locator("#field-env .error")).to_have_text("line 2: write NAME=value")
+    expect(page.locator("#field-env .error")).to_have_text(
+        "line 2: write NAME=value, or NAME=secret:<secret>/<key> for a key of a Secret"
+    )
     # every error at once: the queue's terms too, although env is unreadable
     expect(page.locator("#field-runtime_limit .error")).to_have_text(
         "5h is over queue interactive's maximum of 4h"
@@ -208,8 +219,8 @@ def test_the_job_page_follows_a_job_to_its_end_and_the_cancel_button_goes(
     page.goto(f"/jobs/{job.pk}/")
     expect(page.get_by_test_id("state")).to_have_text("pending")
     expect(page.get_by_role("button", name="Cancel job")).to_be_visible()
-    expect(page.locator("code.env")).to_have_text(
-        ["SIM_DURATION_SECONDS=120", "WANDB_API_KEY=••••••"]
+    expect(page.locator(".env")).to_have_text(
+        ["SIM_DURATION_SECONDS=120", "WANDB_API_KEY from key api-key of Secret wandb"]
     )
     screenshot("pending")
 

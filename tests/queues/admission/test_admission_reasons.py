@@ -41,6 +41,7 @@ def test_it_lists_exactly_the_product_codes() -> None:
         "Priority",
         "ReservationWindow",
         "ClusterUnschedulable",
+        "ContainerConfigError",  # admitted, but a Secret or key its pods reference is missing
         "ClusterUnreachable",
         "NeverFits",
     ]

@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 
 from queues.cluster.manifests import LaunchSpec, check_quantity, job_manifest
+from queues.cluster.secrets import SecretKeyRef
 
 K8S_VERSION = "1.31"
 
@@ -119,3 +120,33 @@ def test_quantities_are_checked_by_the_portal():
         check_quantity("four")
     with pytest.raises(ValueError):
         job_manifest(launch(devices_per_pod=-1))
+
+
+def test_a_secret_reference_becomes_a_secret_key_ref_and_whole_secrets_env_from():
+    manifest = valid(
+        job_manifest(
+            launch(
+                env={"WANDB_API_KEY": SecretKeyRef("wandb", "api-key"), "WANDB_MODE": "offline"},
+                env_from=["hf-token", "wandb"],
+            )
+        )
+    )
+
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    assert container["envFrom"] == [
+        {"secretRef": {"name": "hf-token"}},
+        {"secretRef": {"name": "wandb"}},
+    ]
+    assert [e for e in container["env"] if not e["name"].startswith("GPUPORTAL_")] == [
+        {
+            "name": "WANDB_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}},
+        },
+        {"name": "WANDB_MODE", "value": "offline"},
+    ]
+
+
+def test_a_job_without_whole_secrets_has_no_env_from():
+    container = valid(job_manifest(launch()))["spec"]["template"]["spec"]["containers"][0]
+
+    assert "envFrom" not in container

@@ -47,6 +47,15 @@ BAD_REQUESTS = [
         {"command": ["item 2: must not contain control or invisible formatting characters"]},
     ),
     (
+        "an environment value with a right-to-left override",
+        {"env": {"WANDB_MODE": "off\u202eline"}},
+        {
+            "env": [
+                "WANDB_MODE: a value must not contain control or invisible formatting characters"
+            ]
+        },
+    ),
+    (
         "an argument with a zero-width space",
         {"args": ["--epochs", "3\u200b0"]},
         {"args": ["item 2: must not contain control or invisible formatting characters"]},

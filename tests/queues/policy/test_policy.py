@@ -434,8 +434,8 @@ class TestValidation:
         problems = rejected(data)
 
         assert problems[0] == (
-            "queus: unknown section (expected: fair_share, gpu_classes, capability_classes, "
-            "teams, queues, reservations, rate_cards, roles)"
+            "queus: unknown section (expected: fair_share, submissions, gpu_classes, "
+            "capability_classes, teams, queues, reservations, rate_cards, roles)"
         )
         assert problems[1].startswith("queues[batch].max_runtme: unknown field (expected one of: ")
 

@@ -1,0 +1,66 @@
+"""Data migrations, run with Django's own executor on the real test database."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from portal.masking import MASK
+from queues.models import CapabilityClass, Job, Queue, Team
+from tests.factories import JobFactory
+
+BEFORE = ("queues", "0021_job_env_from_secrets_submission_settings")
+MASKING = ("queues", "0022_mask_stored_secret_values")
+
+
+def migrate(target: tuple[str, str]) -> None:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate([target])
+
+
+def job(owner, state: str, env: dict) -> Job:
+    return JobFactory(
+        owner=owner,
+        team=Team.objects.get(name="nlp"),
+        queue=Queue.objects.get(name="batch"),
+        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+        state=state,
+        env=env,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stored_secret_values_are_masked_once_and_an_active_jobs_when_it_ends(mia):
+    migrate(BEFORE)  # its reverse does nothing: nothing masked can be recovered
+    stored = {
+        "WANDB_API_KEY": "abc123secret",
+        "WANDB_MODE": "offline",
+        "HF_TOKEN": {"secret": "hf", "key": "token"},
+    }
+    ended = job(mia, "succeeded", stored)
+    cancelled = job(mia, "cancelled", {"DB_PASSWORD": MASK})  # masked already
+    waiting = job(mia, "pending", {"DB_PASSWORD": "hunter2"})
+    plain = job(mia, "failed", {"SEED": "7"})
+
+    migrate(MASKING)
+
+    for row in (ended, cancelled, waiting, plain):
+        row.refresh_from_db()
+    assert ended.env == {
+        "WANDB_API_KEY": MASK,
+        "WANDB_MODE": "offline",
+        "HF_TOKEN": {"secret": "hf", "key": "token"},
+    }
+    assert (cancelled.env, cancelled.holds_secret_values) == ({"DB_PASSWORD": MASK}, False)
+    # a job that may still start pods keeps its value until it ends (the reconcile masks it)
+    assert (waiting.env, waiting.holds_secret_values) == ({"DB_PASSWORD": "hunter2"}, True)
+    assert (plain.env, plain.holds_secret_values) == ({"SEED": "7"}, False)
+
+    migrate(BEFORE)
+    migrate(MASKING)  # again: nothing changes
+
+    ended.refresh_from_db()
+    assert ended.env["WANDB_API_KEY"] == MASK
+    assert Job.objects.filter(holds_secret_values=True).count() == 1
