@@ -162,7 +162,7 @@ UNREADABLE = [
     (
         "tier: 4",
         "tier: " + "9" * 5000,
-        "yaml: at line 17, column 11: '999999999999999999999999999999999999999… "
+        "yaml: at line {line}, column 11: '999999999999999999999999999999999999999… "
         "(5,002 characters) is not a number the policy can hold",
     ),
     (
@@ -173,12 +173,12 @@ UNREADABLE = [
     (
         "hbm_gb: 80",
         "hbm_gb: 2026-02-30",
-        "yaml: at line 13, column 13: '2026-02-30' is not a real date (day is out of range for month)",
+        "yaml: at line {line}, column 13: '2026-02-30' is not a real date (day is out of range for month)",
     ),
     (
         "hbm_gb: 80",
         "hbm_gb: 2026-13-45",
-        "yaml: at line 13, column 13: '2026-13-45' is not a real date (month must be in 1..12)",
+        "yaml: at line {line}, column 13: '2026-13-45' is not a real date (month must be in 1..12)",
     ),
     (
         "Any GPU at all.",
@@ -188,15 +188,23 @@ UNREADABLE = [
 ]
 
 
+def where(old: str, new: str, problem: str) -> tuple[str, str]:
+    """The example policy with ``new`` for ``old``, and ``problem`` at the line it is on."""
+    text = example_with(old, new)
+    return text, problem.replace("{line}", str(text[: text.index(new)].count("\n") + 1))
+
+
 @pytest.mark.parametrize(("old", "new", "problem"), UNREADABLE)
 def test_values_python_cannot_hold_are_refused_naming_where(old, new, problem):
-    assert rejected(example_with(old, new)) == [problem]
+    text, problem = where(old, new, problem)
+    assert rejected(text) == [problem]
 
 
 @pytest.mark.parametrize(("old", "new", "problem"), UNREADABLE)
 def test_the_command_prints_the_problem_not_a_traceback(tmp_path, old, new, problem):
     path = tmp_path / "policy.yaml"
-    path.write_text(example_with(old, new))
+    text, problem = where(old, new, problem)
+    path.write_text(text)
 
     with pytest.raises(CommandError) as raised:
         call_command("apply_policy", str(path), "--dry-run", stdout=StringIO())
