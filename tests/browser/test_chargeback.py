@@ -97,3 +97,32 @@ def test_a_member_sees_usage_of_their_teams_only(page, log_in, screenshot, demo_
     expect(page.locator("table.statement").first).not_to_contain_text("search")
     _fits(page, 390)
     screenshot("member phone")
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_finance_closes_last_month_after_seeing_what_is_frozen(
+    page, log_in, screenshot, fiona, example_policy, width
+):
+    first = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    last_month = (first - timedelta(days=1)).replace(day=1)
+    hold(
+        team="vision",
+        gpu_class="h100-80gb",
+        devices=2,
+        start=last_month,
+        end=last_month + timedelta(hours=10),
+    )
+    fiona.set_password(PASSWORD)
+    fiona.save(update_fields=["password"])
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(fiona, lands=r"/chargeback/$")
+    page.goto(f"/chargeback/?month={last_month:%Y-%m}")
+
+    page.get_by_test_id("close").click()
+
+    expect(page.get_by_role("heading", name=f"Close {last_month:%B %Y}?")).to_be_visible()
+    expect(page.get_by_test_id("frozen-cost")).to_contain_text("EUR")
+    screenshot(f"{width} close confirm")
+    _fits(page, width)
+    page.get_by_role("button", name=f"Close {last_month:%B %Y} with these totals").click()
+    expect(page.get_by_test_id("status")).to_contain_text("Closed")
