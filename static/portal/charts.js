@@ -33,6 +33,33 @@ function fitTitle(layout, width) {
   layout.margin.t = (layout.margin.t || 80) + 18 * (lines.length - 1);
 }
 
+// A figure without a single point (a month nobody used, a queue with no waits yet) says so in
+// words instead of drawing bare axes from -1 to 6 that read like numbers.
+function hasPoints(figure) {
+  return (figure.data || []).some(function (trace) {
+    return ["x", "y", "values", "z"].some(function (key) {
+      return trace[key] && trace[key].length > 0;
+    });
+  });
+}
+
+function sayNoData(layout) {
+  layout.xaxis = Object.assign({}, layout.xaxis || {}, { visible: false });
+  layout.yaxis = Object.assign({}, layout.yaxis || {}, { visible: false });
+  layout.showlegend = false;
+  layout.annotations = [
+    {
+      text: "No data for this period",
+      showarrow: false,
+      xref: "paper",
+      yref: "paper",
+      x: 0.5,
+      y: 0.5,
+      font: { size: 14, color: "#667085" },
+    },
+  ];
+}
+
 function drawCharts(root) {
   root.querySelectorAll("[data-figure]:not([data-drawn])").forEach(function (el) {
     el.dataset.drawn = "1";
@@ -40,6 +67,14 @@ function drawCharts(root) {
     var config = Object.assign({ responsive: true, displaylogo: false }, figure.config || {});
     var layout = figure.layout || {};
     fitTitle(layout, el.clientWidth || 600);
+    if (!hasPoints(figure)) {
+      sayNoData(layout);
+      el.dataset.empty = "1";
+    } else {
+      // Every chart counts something that is never negative (GPUs, hours, money, waits): an
+      // axis below zero (all zeros draw from -1) reads as a number that cannot be.
+      layout.yaxis = Object.assign({ rangemode: "tozero" }, layout.yaxis || {});
+    }
     Plotly.newPlot(el, figure.data, layout, config);
   });
 }

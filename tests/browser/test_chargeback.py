@@ -126,3 +126,31 @@ def test_finance_closes_last_month_after_seeing_what_is_frozen(
     _fits(page, width)
     page.get_by_role("button", name=f"Close {last_month:%B %Y} with these totals").click()
     expect(page.get_by_test_id("status")).to_contain_text("Closed")
+
+
+def test_a_chart_of_a_month_nobody_used_says_so_instead_of_drawing_bare_axes(
+    page, log_in, screenshot, fiona, example_policy
+):
+    fiona.set_password(PASSWORD)
+    fiona.save(update_fields=["password"])
+    log_in(fiona, lands=r"/chargeback/$")
+    page.goto("/chargeback/?month=2026-02")
+
+    chart = page.get_by_test_id("chart-by-team")
+    expect(chart.locator(".main-svg").first).to_be_visible()
+    expect(chart.locator(".annotation-text")).to_have_text("No data for this period")
+    assert chart.get_attribute("data-empty") == "1"
+    assert chart.locator(".xtick").count() == 0  # no axis from -1 to 6
+    screenshot("empty month")
+
+
+def test_a_trend_of_zeros_draws_no_axis_below_zero(page, log_in, fiona, example_policy):
+    fiona.set_password(PASSWORD)
+    fiona.save(update_fields=["password"])
+    log_in(fiona, lands=r"/chargeback/$")
+    page.goto("/chargeback/?month=2026-02")
+
+    chart = page.get_by_test_id("chart-trend")
+    expect(chart.locator(".main-svg").first).to_be_visible()
+    ticks = chart.locator(".ytick text").all_text_contents()
+    assert ticks and not any(t.startswith(("-", "−")) for t in ticks), ticks
