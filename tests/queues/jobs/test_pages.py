@@ -459,3 +459,17 @@ def test_a_stopping_job_says_when_its_pods_are_gone(mia):
     )
     assert f'gone by <time datetime="{until}"' in html
     assert "its GPUs are held until then" in html
+
+
+def test_a_job_no_reconcile_has_planned_yet_says_its_estimate_is_being_computed(mia):
+    # Right after submitting, the page said "Estimated start: unknown" beside a preview that had
+    # just given a time: nothing had planned it yet.
+    job = submit(mia)
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    assert (
+        '<span data-testid="estimate-pending">being computed: the next reconcile, within seconds, '
+        "places it in the queue</span>" in html
+    )
+    assert "Estimated start: unknown" not in html
