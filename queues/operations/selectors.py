@@ -20,6 +20,7 @@ from django.db.models import DateTimeField, Q, QuerySet
 
 from portal.formatting import format_datetime
 from queues import admission as engine
+from queues.admission.reasons import time_text
 from queues.models import (
     GPU_HOLDING_STATES,
     CapacityKind,
@@ -523,7 +524,8 @@ def _start_text(at: datetime | None, now: datetime) -> str:
 
 
 def _when(at: datetime | None) -> str:
-    return format_datetime(at) if at is not None else "at an unknown time (never, as things are)"
+    """As reasons say a time (``2026-12-05 14:00 UTC``; pages show it in the viewer's zone)."""
+    return time_text(at) if at is not None else "at an unknown time (never, as things are)"
 
 
 @dataclass(frozen=True)
