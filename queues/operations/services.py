@@ -74,7 +74,7 @@ def quota_update(
     try:
         return policy_edit(sections={"teams": {team: fields}})
     except PolicyError as refused:
-        most = _most_nominal(current, team=team, gpu_class=gpu_class)
+        most = quota_most_nominal(current, team=team, gpu_class=gpu_class)
         if most is None or nominal <= most.value:
             raise
         capacity, others, reserved = most.parts
@@ -93,12 +93,12 @@ def quota_update(
 
 
 @dataclass(frozen=True)
-class _Most:
+class MostNominal:
     value: Decimal
     parts: tuple[Decimal, Decimal, Decimal]  # capacity, other teams' nominal, peak reserved
 
 
-def _most_nominal(current: dict[str, Any], *, team: str, gpu_class: str) -> _Most | None:
+def quota_most_nominal(current: dict[str, Any], *, team: str, gpu_class: str) -> MostNominal | None:
     """The largest nominal quota of ``gpu_class`` that ``team`` could be given now without
     promising more than the class has (None: the class's nodes are not known yet)."""
     gpu = GpuClass.objects.filter(name=gpu_class).first()
@@ -125,7 +125,7 @@ def _most_nominal(current: dict[str, Any], *, team: str, gpu_class: str) -> _Mos
         now=timezone.now(),
     )
     value = max(capacity - others - reserved, Decimal(0)).quantize(GPU_AMOUNT_PLACES, ROUND_DOWN)
-    return _Most(value, (capacity, others, reserved))
+    return MostNominal(value, (capacity, others, reserved))
 
 
 # --- Maintenance ------------------------------------------------------------------------------

@@ -44,10 +44,12 @@ from queues.operations.selectors import (
     audit_changes,
     audit_entries,
     drain_impact,
+    held_back,
     nodes_by_selector,
     quota_evidence,
     quota_grid,
     quota_requests_for,
+    quota_use,
     reservation_impact,
     reservation_timelines,
     timeline_figure,
@@ -63,6 +65,7 @@ from queues.operations.services import (
     policy_object_text,
     policy_roles_apply,
     policy_roles_text,
+    quota_most_nominal,
     quota_request_approve,
     quota_request_decline,
     quota_request_file,
@@ -74,6 +77,7 @@ from queues.operations.services import (
 from queues.policy.apply import policy_edit
 from queues.policy.export import dump_policy, policy_current
 from queues.policy.parse import PolicyError, no_roles
+from queues.rates import gpu_amount
 
 AUDIT_PAGE_SIZE = 50
 
@@ -120,10 +124,21 @@ def quota_edit(request: HttpRequest, team: str, gpu_class: str) -> HttpResponse:
                 "the next reconcile admits what now fits.",
             )
             return redirect("operations:quotas")
+    held = held_back([team_obj.pk]).get((team_obj.pk, class_obj.name), [])
     return render(
         request,
         "operations/quota_edit.html",
-        {"form": form, "team": team_obj, "gpu_class": class_obj, "problems": problems},
+        {
+            "form": form,
+            "team": team_obj,
+            "gpu_class": class_obj,
+            "problems": problems,
+            # What the admin decides with: use now, the jobs the quota holds back, and the most
+            # a nominal quota may be.
+            "in_use": gpu_amount(quota_use([team_obj.pk]).get((team_obj.pk, class_obj.pk), 0)),
+            "held_back": held,
+            "most": quota_most_nominal(policy_current(), team=team, gpu_class=gpu_class),
+        },
         status=422 if problems else 200,
     )
 

@@ -168,3 +168,37 @@ def test_a_mig_cut_node_counts_its_slices_not_its_gpus_against_quotas(example_po
         "teams[vision].quotas.a100-80gb.nominal: at most 13.429 fits: the cluster's 23.429 "
         "less the other teams' nominal 10 and the reservations' 0",
     ]
+
+
+def test_the_quota_edit_page_shows_use_jobs_held_back_and_the_most_that_fits(
+    client, ada, mia, h100_nodes
+):
+    from queues.models import CapabilityClass, JobState, Queue, Team
+    from tests.factories import JobFactory
+
+    held = JobFactory(
+        owner=mia,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="training"),
+        capability_class=CapabilityClass.objects.get(name="bf16-large"),
+        state=JobState.PENDING,
+        pending_reasons=[
+            {
+                "code": "QuotaExceeded",
+                "message": "",
+                "details": {"gpu_class": "h100-80gb"},
+                "hint": "",
+            }
+        ],
+    )
+    client.force_login(ada)
+
+    html = client.get("/manage/quotas/vision/h100-80gb/").content.decode()
+
+    facts = html.split('data-testid="quota-facts"', 1)[1].split("</dl>", 1)[0]
+    assert "<dt>In use now</dt><dd>0 GPU-equivalents on this quota" in facts
+    assert f'1 pending job (<a href="/jobs/{held.pk}/">{held.pk}</a>)' in facts
+    assert (
+        "<dt>Largest nominal that fits</dt><dd>20 (the cluster's 40 less the other teams' "
+        "nominal 12 and the reservations' 8)" in facts
+    )
