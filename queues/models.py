@@ -1140,6 +1140,12 @@ class QuotaRequest(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.TextField(blank=True)
+    granted_nominal = gpu_amount_field(
+        null=True, blank=True, help_text="Nominal quota granted (approved requests)."
+    )
+    granted_borrowing_limit = gpu_amount_field(
+        null=True, blank=True, help_text="Borrowing limit granted (approved requests)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -1151,6 +1157,14 @@ class QuotaRequest(models.Model):
                 condition=Q(borrowing_limit__gte=0), name="quota_request_borrowing_not_negative"
             ),
         ]
+
+    @property
+    def partly_granted(self) -> bool:
+        """Approved with less than was asked (the admin said why in ``decision_reason``)."""
+        return self.status == QuotaRequestStatus.APPROVED and (
+            self.granted_nominal != self.nominal
+            or self.granted_borrowing_limit != self.borrowing_limit
+        )
 
     def __str__(self) -> str:
         return f"quota request {self.pk}: {self.team} · {self.gpu_class} ({self.status})"

@@ -112,6 +112,19 @@ class QuotaRequestForm(forms.Form):
         team_field.queryset = Team.objects.active().filter(members=user).order_by("name")
 
 
+class ApproveForm(forms.Form):
+    """What an admin grants: as asked unless she lowers it, and then why."""
+
+    nominal = _amount("Nominal granted")
+    borrowing_limit = _amount("Borrowing limit granted")
+    reason = _PlainText(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=4000,
+        required=False,
+        help_text="Needed when you grant less than was asked: the member sees it.",
+    )
+
+
 class DeclineForm(forms.Form):
     reason = _PlainText(widget=forms.Textarea(attrs={"rows": 3}), max_length=4000)
 

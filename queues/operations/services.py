@@ -301,16 +301,51 @@ def quota_request_file(
     )
 
 
-def quota_request_approve(*, request: QuotaRequest, by: Any, now: datetime) -> PolicyReport:
-    """Set the team's quota to what was asked (through the policy service: the same refusals),
-    then mark the request approved; both or neither."""
+def quota_request_approve(
+    *,
+    request: QuotaRequest,
+    by: Any,
+    now: datetime,
+    nominal: Decimal | None = None,
+    borrowing_limit: Decimal | None = None,
+    reason: str = "",
+) -> PolicyReport:
+    """Set the team's quota to what is granted (through the policy service: the same refusals),
+    then mark the request approved; both or neither. The admin may grant less than was asked
+    (``nominal`` / ``borrowing_limit``), never more, and then says why (``reason``)."""
+    granted_nominal = request.nominal if nominal is None else nominal
+    granted_borrowing = request.borrowing_limit if borrowing_limit is None else borrowing_limit
+    for field, granted, asked in (
+        ("nominal", granted_nominal, request.nominal),
+        ("borrowing_limit", granted_borrowing, request.borrowing_limit),
+    ):
+        if granted < 0:
+            raise QuotaRequestRefused(field, "must be 0 or more")
+        if granted > asked:
+            raise QuotaRequestRefused(
+                field,
+                f"{display(granted)} is more than was asked ({display(asked)}): grant at most "
+                "that, or edit the quota itself",
+            )
+    partial = (granted_nominal, granted_borrowing) != (request.nominal, request.borrowing_limit)
+    if partial and not reason.strip():
+        raise QuotaRequestRefused(
+            "reason", "say why less than was asked is granted — the member sees it"
+        )
     with transaction.atomic():
-        _decide(request, by=by, now=now, status=QuotaRequestStatus.APPROVED, reason="")
+        _decide(
+            request,
+            by=by,
+            now=now,
+            status=QuotaRequestStatus.APPROVED,
+            reason=reason.strip(),
+            granted=(granted_nominal, granted_borrowing),
+        )
         report = quota_update(
             team=request.team.name,
             gpu_class=request.gpu_class.name,
-            nominal=request.nominal,
-            borrowing_limit=request.borrowing_limit,
+            nominal=granted_nominal,
+            borrowing_limit=granted_borrowing,
         )
     return report
 
@@ -321,9 +356,18 @@ def quota_request_decline(*, request: QuotaRequest, by: Any, reason: str, now: d
     _decide(request, by=by, now=now, status=QuotaRequestStatus.DECLINED, reason=reason.strip())
 
 
-def _decide(request: QuotaRequest, *, by: Any, now: datetime, status: str, reason: str) -> None:
+def _decide(
+    request: QuotaRequest,
+    *,
+    by: Any,
+    now: datetime,
+    status: str,
+    reason: str,
+    granted: tuple[Decimal, Decimal] | None = None,
+) -> None:
     """Pending → ``status`` once: the row is locked, so of two admins deciding at once one wins
     and the other gets ``RequestDecided``. ``save`` (not ``update``) so the audit log has it."""
+    granted_nominal, granted_borrowing = granted if granted is not None else (None, None)
     with transaction.atomic():
         locked = (
             QuotaRequest.objects.select_for_update()
@@ -332,11 +376,20 @@ def _decide(request: QuotaRequest, *, by: Any, now: datetime, status: str, reaso
         )
         if locked is None:
             raise RequestDecided(f"quota request {request.pk} was decided already")
-        locked.status, locked.decided_by, locked.decided_at = status, by, now
-        locked.decision_reason = reason
-        locked.save(update_fields=["status", "decided_by", "decided_at", "decision_reason"])
-    request.status, request.decided_by, request.decided_at = status, by, now
-    request.decision_reason = reason
+        for row in (locked, request):
+            row.status, row.decided_by, row.decided_at = status, by, now
+            row.decision_reason = reason
+            row.granted_nominal, row.granted_borrowing_limit = granted_nominal, granted_borrowing
+        locked.save(
+            update_fields=[
+                "status",
+                "decided_by",
+                "decided_at",
+                "decision_reason",
+                "granted_nominal",
+                "granted_borrowing_limit",
+            ]
+        )
 
 
 def quota_text(nominal: Decimal, borrowing_limit: Decimal) -> str:

@@ -9,6 +9,7 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -32,6 +33,7 @@ from queues.models import (
 )
 from queues.operations.access import audit_reader_required, staff_required
 from queues.operations.forms import (
+    ApproveForm,
     DeclineForm,
     DrainForm,
     QuotaForm,
@@ -288,21 +290,43 @@ def request_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _form_errors_text(form: forms.Form) -> str:
+    """A refused form in one line, each problem under its field's name."""
+    return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+
+
 @staff_required
 @require_POST
 def request_approve(request: HttpRequest, request_id: int) -> HttpResponse:
     quota_request = get_object_or_404(QuotaRequest, pk=request_id)
+    form = ApproveForm(
+        request.POST
+        or {"nominal": quota_request.nominal, "borrowing_limit": quota_request.borrowing_limit}
+    )
+    if not form.is_valid():
+        messages.error(request, "Not approved: " + _form_errors_text(form))
+        return redirect("quota_requests:detail", request_id=request_id)
     try:
-        quota_request_approve(request=quota_request, by=request.user, now=timezone.now())
+        quota_request_approve(
+            request=quota_request,
+            by=request.user,
+            now=timezone.now(),
+            nominal=form.cleaned_data["nominal"],
+            borrowing_limit=form.cleaned_data["borrowing_limit"],
+            reason=form.cleaned_data["reason"],
+        )
+    except QuotaRequestRefused as refused:
+        messages.error(request, f"Not approved: {refused.field}: {refused.message}")
     except PolicyError as exc:
         messages.error(request, "Not approved: " + "; ".join(str(p) for p in exc.problems))
     except RequestDecided as exc:
         messages.error(request, str(exc))
     else:
+        granted = quota_text(quota_request.granted_nominal, quota_request.granted_borrowing_limit)
+        partly = " (less than asked)" if quota_request.partly_granted else ""
         messages.success(
             request,
-            f"Approved: {quota_request.team} now has "
-            f"{quota_text(quota_request.nominal, quota_request.borrowing_limit)} of "
+            f"Approved{partly}: {quota_request.team} now has {granted} of "
             f"{quota_request.gpu_class}.",
         )
     return redirect("quota_requests:detail", request_id=request_id)
@@ -387,6 +411,13 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
             "evidence": quota_request.evidence,
             "now_evidence": now_evidence,
             "decline_form": DeclineForm(),
+            "approve_form": ApproveForm(
+                auto_id="approve_%s",
+                initial={
+                    "nominal": quota_request.nominal,
+                    "borrowing_limit": quota_request.borrowing_limit,
+                },
+            ),
         },
     )
 

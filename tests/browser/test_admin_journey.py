@@ -116,16 +116,23 @@ def test_a_member_files_a_quota_request_and_sees_it_approved(
     log_in(admin_page, admin, r"/manage/quotas/$")
     admin_page.get_by_role("link", name="Quota requests").first.click()
     admin_page.locator(f"#request-{request.pk}").get_by_role("link").click()
+    # She grants less than asked, and says why.
+    expect(admin_page.locator("#approve_nominal")).to_have_value("6.000")
+    admin_page.fill("#approve_nominal", "5")
+    admin_page.fill("#approve_reason", "One A100 stays free for the Q1 reservation.")
     admin_page.get_by_role("button", name=re.compile("^Approve")).click()
     expect(admin_page.locator(".messages")).to_contain_text(
-        "Approved: vision now has 6 nominal + 4 borrowing of a100-80gb."
+        "Approved (less than asked): vision now has 5 nominal + 4 borrowing of a100-80gb."
     )
     context.close()
 
     page.reload()
-    expect(page.locator("#request-status")).to_contain_text("approved by ada")
+    expect(page.locator("#request-status")).to_contain_text("approved in part by ada")
+    expect(page.locator("#approve-reason")).to_have_text(
+        "One A100 stays free for the Q1 reservation."
+    )
     quota = Quota.objects.get(team__name="vision", gpu_class__name="a100-80gb")
-    assert (quota.nominal, quota.borrowing_limit) == (Decimal("6.000"), Decimal("4.000"))
+    assert (quota.nominal, quota.borrowing_limit) == (Decimal("5.000"), Decimal("4.000"))
     screenshot("request approved")
 
 

@@ -302,3 +302,68 @@ def test_a_request_for_more_than_the_class_has_is_refused_with_the_numbers(clien
         ]
     }
     assert QuotaRequest.objects.count() == 0
+
+
+def test_an_admin_grants_less_than_asked_with_a_reason_the_member_reads(
+    client, mia, ada, h100_nodes
+):
+    client.force_login(mia)
+    file_request(client)  # 12 nominal + 8 borrowing
+    request = QuotaRequest.objects.get()
+    client.force_login(ada)
+
+    # Less than asked needs a reason; nothing changes without one.
+    response = client.post(
+        f"/manage/requests/{request.pk}/approve",
+        {"nominal": "10", "borrowing_limit": "8", "reason": ""},
+        follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]] == [
+        "Not approved: reason: say why less than was asked is granted — the member sees it"
+    ]
+    # More than asked is not a grant.
+    response = client.post(
+        f"/manage/requests/{request.pk}/approve",
+        {"nominal": "13", "borrowing_limit": "8", "reason": "generous"},
+        follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]] == [
+        "Not approved: nominal: 13 is more than was asked (12): grant at most that, or edit "
+        "the quota itself"
+    ]
+    response = client.post(
+        f"/manage/requests/{request.pk}/approve",
+        {"nominal": "１０", "borrowing_limit": "8", "reason": "x"},
+        follow=True,
+    )
+    assert [str(m) for m in response.context["messages"]][0].startswith("Not approved: nominal: ")
+    request.refresh_from_db()
+    assert request.status == "pending"
+    assert Quota.objects.get(team__name="vision", gpu_class__name="h100-80gb").nominal == 8
+
+    response = client.post(
+        f"/manage/requests/{request.pk}/approve",
+        {"nominal": "10", "borrowing_limit": "4", "reason": "Two H100s go to the Q1 reservation."},
+        follow=True,
+    )
+
+    assert [str(m) for m in response.context["messages"]] == [
+        "Approved (less than asked): vision now has 10 nominal + 4 borrowing of h100-80gb."
+    ]
+    request.refresh_from_db()
+    assert (request.status, request.granted_nominal, request.granted_borrowing_limit) == (
+        "approved",
+        Decimal("10.000"),
+        Decimal("4.000"),
+    )
+    quota = Quota.objects.get(team__name="vision", gpu_class__name="h100-80gb")
+    assert (quota.nominal, quota.borrowing_limit) == (Decimal("10.000"), Decimal("4.000"))
+    (decision,) = LogEntry.objects.get_for_object(request).filter(action=LogEntry.Action.UPDATE)
+    assert decision.changes_dict["granted_nominal"] == ["None", "10.000"]
+    client.force_login(mia)
+    page = client.get(f"/quota-requests/{request.pk}/").content.decode()
+    assert "approved in part by ada" in page
+    assert "the quota is now 10 nominal + 4 borrowing (asked for 12 + 8)" in page
+    assert "Two H100s go to the Q1 reservation." in page
+    mine = client.get("/quota-requests/").content.decode()
+    assert "<td>12 +8</td><td>10 +4</td>" in mine
