@@ -40,7 +40,11 @@ def eq_json(state: State, units: int) -> int | float:
 
 
 def eq_text(state: State, units: int) -> str:
-    value = eq_value(state, units)
+    return gpu_text(eq_value(state, units))
+
+
+def gpu_text(value: Fraction) -> str:
+    """A GPU-equivalent amount for people: whole, or to two decimals."""
     if value.denominator == 1:
         return str(int(value))
     return f"{float(value):.2f}".rstrip("0").rstrip(".")

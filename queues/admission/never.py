@@ -12,13 +12,16 @@ Everything here depends on the snapshot only, so each kind of ask is judged once
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from queues.admission.asks import Ask, smaller_pod_hint
 from queues.admission.diagnose import (
     UNIT_WORDS,
     eq_json,
     eq_text,
+    eq_value,
+    gpu_text,
     other_queues_taking,
     plural,
     taints_text,
@@ -42,27 +45,56 @@ def never_fits(state: State, ask: Ask) -> PendingReason | None:
     return reason
 
 
-def _for_user(state: State, ask: Ask) -> PendingReason | None:
-    queue = ask.queue
-    details: dict[str, object] = {"queue": queue.name}
-    if queue.max_running_jobs_per_user == 0:
-        message = f"can never start: queue {queue.name} allows no running jobs per user"
-        return PendingReason(ReasonCode.NEVER_FITS, message, details, "use another queue")
-    cap = queue.max_gpu_eq_per_user
-    if cap is not None and ask.min_demand > state.eq_units(cap):
-        message = (
-            f"can never start: needs {eq_text(state, ask.min_demand)} GPUs; queue {queue.name} "
-            "allows one user "
-            f"at most {eq_text(state, state.eq_units(cap))}"
+@dataclass(frozen=True, slots=True)
+class UserLimitProblem:
+    """Why a queue's per-user limits keep a job out for ever, and what to do instead."""
+
+    message: str
+    hint: str
+    user_limit: Fraction | None = None  # the per-user GPU cap, when that is what stands in the way
+
+
+def user_limit_problem(
+    *,
+    queue: str,
+    max_running_jobs_per_user: int | None,
+    max_gpu_eq_per_user: Fraction | None,
+    demand: Fraction,
+) -> UserLimitProblem | None:
+    """The one rule of the per-user limits that makes a job impossible, read by the engine
+    (``NeverFits``) and by submission alike: a queue that lets a user run no job, or a job that
+    needs more GPU-equivalents (``demand``) than the queue lets one user hold."""
+    if max_running_jobs_per_user == 0:
+        return UserLimitProblem(
+            f"can never start: queue {queue} allows no running jobs per user", "use another queue"
         )
-        details |= {"requested": eq_json(state, ask.min_demand), "user_limit": float(cap)}
-        return PendingReason(
-            ReasonCode.NEVER_FITS,
-            message,
-            details,
-            f"ask for at most {eq_text(state, state.eq_units(cap))} GPUs, or use another queue",
+    if max_gpu_eq_per_user is not None and demand > max_gpu_eq_per_user:
+        cap = gpu_text(max_gpu_eq_per_user)
+        return UserLimitProblem(
+            f"can never start: needs {gpu_text(demand)} GPUs; queue {queue} allows one user "
+            f"at most {cap}",
+            f"ask for at most {cap} GPUs, or use another queue",
+            max_gpu_eq_per_user,
         )
     return None
+
+
+def _for_user(state: State, ask: Ask) -> PendingReason | None:
+    queue = ask.queue
+    cap = queue.max_gpu_eq_per_user
+    problem = user_limit_problem(
+        queue=queue.name,
+        max_running_jobs_per_user=queue.max_running_jobs_per_user,
+        # both as the engine counts them: scaled units, rounded up
+        max_gpu_eq_per_user=None if cap is None else eq_value(state, state.eq_units(cap)),
+        demand=eq_value(state, ask.min_demand),
+    )
+    if problem is None:
+        return None
+    details: dict[str, object] = {"queue": queue.name}
+    if problem.user_limit is not None:
+        details |= {"requested": eq_json(state, ask.min_demand), "user_limit": float(cap or 0)}
+    return PendingReason(ReasonCode.NEVER_FITS, problem.message, details, problem.hint)
 
 
 def _for_classes(state: State, ask: Ask) -> PendingReason | None:

@@ -27,6 +27,7 @@ from django.utils import timezone
 from portal.formatting import HIDDEN_CHARACTERS, display, format_duration, has_hidden_characters
 from portal.masking import MASK, looks_secret, shown_env
 from queues.admission.asks import pods_held
+from queues.admission.never import user_limit_problem
 from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.models import (
@@ -474,6 +475,20 @@ def request_term_errors(
             f"{request.pods} pod(s) × {request.gpus_per_pod} = "
             f"{_fraction_text(request.gpu_equivalents)} GPU-equivalents is over "
             f"queue {queue.name}'s maximum of {display(queue.max_gpus_per_job)} per job",
+        )
+    user_limit = user_limit_problem(
+        queue=queue.name,
+        max_running_jobs_per_user=queue.max_running_jobs_per_user,
+        # no cap when unset or 0, as the engine reads the queue (reconcile snapshot)
+        max_gpu_eq_per_user=(
+            Fraction(str(queue.max_gpus_per_user)) if queue.max_gpus_per_user else None
+        ),
+        demand=request.gpu_equivalents,
+    )
+    if user_limit is not None:
+        refuse(
+            "gpus_per_pod" if user_limit.user_limit is not None else "queue",
+            f"{user_limit.message}: {user_limit.hint}",
         )
     if not queue.min_job_priority <= request.job_priority <= queue.max_job_priority:
         refuse(

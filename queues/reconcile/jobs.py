@@ -474,6 +474,9 @@ def _sync_running(
         _deleted_outside(job, pods, now=now, report=report)
         return
     outcome = _finished(k8s)
+    if not outcome and job.state == JobState.RUNNING:
+        if _pod_deleted_outside(job, pods, now=now, report=report):
+            return
     finished = [p.container.finished_at for p in pods if p.container.finished_at]
     completion = parse_time((k8s.get("status") or {}).get("completionTime"))
     end = completion or (max(finished) if finished else now)
@@ -532,6 +535,31 @@ def _sync_running(
             terminating=True,
             counted=(report, "running→failed"),
         )
+
+
+def _pod_deleted_outside(
+    job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport
+) -> bool:
+    """A running job whose pod someone else is deleting (``kubectl delete pod``, an eviction):
+    the portal did not stop it, and its Job allows no pod to be replaced, so it has failed. Say
+    so at once, in those words, and show it stopping until its pods are gone (their GPUs are
+    held until then); returns whether that happened."""
+    deleted = next((p for p in pods if p.terminating), None)
+    if deleted is None:
+        return False
+    gone_by = deleted.deleted_at or now + timedelta(seconds=deleted.grace_seconds)
+    return job_transition(
+        job,
+        to=JobState.FAILED,
+        kind=EventKind.FAILED,
+        now=now,
+        message=f"pod {deleted.name} was deleted outside the portal (kubectl delete pod, or an "
+        f"eviction); its pods end by {time_text(gone_by)} and give their GPUs back",
+        failure_reason="pod deleted outside the portal",
+        finished_at=now,
+        terminating=True,
+        counted=(report, "running→failed"),
+    )
 
 
 def _deleted_outside(job: Job, pods: list[PodFacts], *, now: datetime, report: CycleReport) -> None:

@@ -50,36 +50,52 @@ RECENT_WAITS = 200
 # Runtime history: finished jobs of the last RUNTIME_HISTORY predict how long jobs run.
 RUNTIME_HISTORY = timedelta(days=30)
 RUNTIME_HISTORY_JOBS = 5000
-# A queue needs this many finished jobs before its history predicts anything.
+# A queue needs this many finished jobs before its own history predicts; until then its jobs
+# are predicted by the prior below.
 RUNTIME_MIN_HISTORY = 5
 # How many finished jobs of the queue one job of the same user and image is worth: a group
 # with little history is shrunk toward the queue's ratio.
 RUNTIME_SHRINK = 3
+# The prior, for a queue with too little history of its own: the whole cluster's finished jobs
+# (all queues) once there are RUNTIME_MIN_HISTORY of them, else this default — actual ÷
+# requested runtime likely 0.7, 10th percentile 0.3, 90th 1.0: people ask for more time than
+# their jobs use (batch traces commonly show jobs using half to three quarters of their limit),
+# and a job never runs past its limit. So the first estimate after a cold start already has an
+# interval, and "at the latest" (runtimes equal to limits) does not depend on it.
+DEFAULT_RUNTIME_PRIOR = (0.7, 0.3, 1.0)
 
 ForecastKey = tuple[str, str, str]  # queue, user, image
+QueueRuntimes = tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]
+PRIOR = ""  # the key of the prior in ``runtime_forecasts``' result (no queue has an empty name)
 
 
 def fraction(value: object) -> Fraction:
     return Fraction(str(value))
 
 
-def runtime_forecasts(
-    history: list[tuple[str, str, str, float]],
-) -> dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]]:
+def _ratios(values: list[float]) -> tuple[float, float, float]:
+    """Mean, 10th and 90th percentile of ``values`` (sorted)."""
+    mean = sum(values) / len(values)
+    low = values[int(0.1 * (len(values) - 1))]
+    high = values[math.ceil(0.9 * (len(values) - 1))]
+    return mean, low, high
+
+
+def runtime_forecasts(history: list[tuple[str, str, str, float]]) -> dict[str, QueueRuntimes]:
     """Per queue, from ``history`` rows (queue, user, image, actual / requested runtime): the
     queue's mean ratio, its 10th and 90th percentiles, and per (user, image) the group's mean
-    ratio and count. Queues with fewer than ``RUNTIME_MIN_HISTORY`` rows are left out."""
+    ratio and count. A queue with fewer than ``RUNTIME_MIN_HISTORY`` rows takes the prior's
+    ratios (its groups still count); the prior itself is under ``PRIOR``: the cluster's rows
+    once there are enough, else ``DEFAULT_RUNTIME_PRIOR``."""
     by_queue: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
     for queue, user, image, ratio in history:
         by_queue[queue].append((user, image, min(1.0, max(0.01, ratio))))
-    result = {}
+    everything = sorted(r for rows in by_queue.values() for _, _, r in rows)
+    prior = _ratios(everything) if len(everything) >= RUNTIME_MIN_HISTORY else DEFAULT_RUNTIME_PRIOR
+    result: dict[str, QueueRuntimes] = {PRIOR: (*prior, {})}
     for queue, rows in by_queue.items():
-        if len(rows) < RUNTIME_MIN_HISTORY:
-            continue
-        ratios = sorted(r for _, _, r in rows)
-        mean = sum(ratios) / len(ratios)
-        low = ratios[int(0.1 * (len(ratios) - 1))]
-        high = ratios[math.ceil(0.9 * (len(ratios) - 1))]
+        own = len(rows) >= RUNTIME_MIN_HISTORY
+        mean, low, high = _ratios(sorted(r for _, _, r in rows)) if own else prior
         groups: dict[tuple[str, str], list[float]] = defaultdict(list)
         for user, image, ratio in rows:
             groups[(user, image)].append(ratio)
@@ -92,15 +108,13 @@ def runtime_forecasts(
     return result
 
 
-def forecast_for(
-    forecasts: dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]],
-    key: ForecastKey,
-) -> engine.Forecast | None:
+def forecast_for(forecasts: dict[str, QueueRuntimes], key: ForecastKey) -> engine.Forecast | None:
     """The runtime forecast of a job of (queue, user, image): the group's mean ratio shrunk
     toward the queue's (``RUNTIME_SHRINK``), with the queue's 10th–90th spread moved with it;
-    None without history (the engine then assumes the runtime limit)."""
+    a queue without history of its own takes the prior's. None when ``forecasts`` is empty
+    (a plan without estimates: the engine then assumes the runtime limit)."""
     queue, user, image = key
-    known = forecasts.get(queue)
+    known = forecasts.get(queue) or forecasts.get(PRIOR)
     if known is None:
         return None
     mean, low, high, groups = known
@@ -345,7 +359,7 @@ def _node(node: Node, gpu_class: str) -> engine.Node:
 
 def _queues(
     now: datetime,
-    forecasts: dict[str, tuple[float, float, float, dict[tuple[str, str], tuple[float, int]]]],
+    forecasts: dict[str, QueueRuntimes],
 ) -> list[engine.Queue]:
     queues = (
         Queue.objects.active()

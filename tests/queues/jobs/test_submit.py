@@ -8,7 +8,7 @@ import pytest
 
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import JobRejected, job_submit
-from queues.models import CapabilityClass, GpuClass, Job, JobState, Queue, Team
+from queues.models import CapabilityClass, GpuClass, Job, JobState, Node, Queue, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -199,3 +199,53 @@ def test_pod_size_is_not_checked_before_the_cluster_reported_its_nodes(mia):
 
     job = submit(mia, queue="training", capability="bf16-large", cpu_millicores_per_pod=500_000)
     assert job.cpu_millicores_per_pod == 500_000
+
+
+@pytest.mark.parametrize(
+    ("limits", "shape", "field", "message"),
+    [
+        (
+            {"max_gpus_per_user": 4},
+            {"pods": 2, "gpus_per_pod": 4},
+            "gpus_per_pod",
+            "can never start: needs 8 GPUs; queue batch allows one user at most 4: ask for at "
+            "most 4 GPUs, or use another queue",
+        ),
+        (
+            {"max_running_jobs_per_user": 0},
+            {"pods": 1, "gpus_per_pod": 1},
+            "queue",
+            "can never start: queue batch allows no running jobs per user: use another queue",
+        ),
+    ],
+    ids=["over the per-user GPU cap", "no running job allowed per user"],
+)
+def test_submission_and_the_engine_read_one_per_user_rule(mia, limits, shape, field, message):
+    """A job over the queue's per-user limits is refused at submit with the words the engine
+    would give it as NeverFits, had it been stored (one rule: admission.never)."""
+    from django.utils import timezone
+
+    from queues import admission as engine
+    from queues.reconcile.snapshot import snapshot_build
+    from tests.factories import JobFactory
+
+    Queue.objects.filter(name="batch").update(**limits)
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    Node.objects.create(name="h100-1", gpu_class=h100, gpu_count=8, network_domain="ib-a")
+
+    assert refused(mia, **shape) == {field: [message]}
+
+    # The same job stored by another way (before the limit was set, say): the engine's verdict.
+    stored = JobFactory(
+        owner=mia,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="batch"),
+        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+        **shape,
+    )
+    status = engine.plan(snapshot_build(now=timezone.now())).status(stored.pk)
+    assert status is not None
+    assert (status.binding.code, f"{status.binding.message}: {status.binding.hint}") == (
+        engine.ReasonCode.NEVER_FITS,
+        message,
+    )

@@ -443,6 +443,45 @@ def test_a_job_deleted_outside_the_portal_fails_and_its_usage_closes(sim_cluster
     assert interval.ended_at is not None
 
 
+def test_a_pod_deleted_outside_the_portal_fails_its_job_at_once_shown_stopping(
+    sim_cluster, cycle, mia, client
+):
+    """``kubectl delete pod`` on a running job: its Job replaces no pod, so the job has failed;
+    it says so in those words in the next cycle (not "running" through the grace period, then
+    "BackoffLimitExceeded"), shows stopping until its pod is gone, and its GPUs free then."""
+    job = submit(mia, capability="min-40gb", seconds=100_000)
+    cycle()
+    sim_cluster.advance(10)
+    cycle()
+    (pod,) = sim_cluster.cluster.store.items("pods", job.team.namespace)
+    name = pod["metadata"]["name"]
+    sim_cluster.cluster.delete_pod(job.team.namespace, name, grace_seconds=30)
+    deadline = sim_cluster.now() + timedelta(seconds=30)
+
+    cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.failure_reason, job.terminating) == (
+        JobState.FAILED,
+        "pod deleted outside the portal",
+        True,
+    )
+    (event,) = job.events.filter(kind="failed")
+    assert event.message == (
+        f"pod {name} was deleted outside the portal (kubectl delete pod, or an eviction); its "
+        f"pods end by {deadline:%Y-%m-%d %H:%M} UTC and give their GPUs back"
+    )
+    client.force_login(mia)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-testid="stopping"' in page
+    sim_cluster.advance(40)
+    cycle()
+    cycle()
+    job.refresh_from_db()
+    assert (job.state, job.terminating) == (JobState.FAILED, False)
+    assert [e.kind for e in job.events.all()] == ["admitted", "started", "failed"]
+
+
 def test_a_refused_create_is_retried_then_fails_with_the_apis_message(sim_cluster, cycle, mia):
     job = submit(mia, capability="min-40gb")
     sim_cluster.fail_requests(

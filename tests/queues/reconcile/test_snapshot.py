@@ -221,7 +221,7 @@ def test_runtime_history_predicts_each_jobs_runtime_shrunk_toward_its_queues(clu
     finished(victor, "eval:2", 0.8)
     finished(victor, "eval:2", 0.1, state="cancelled")  # cancelled: says nothing of runtimes
     finished(victor, "eval:2", 0.1, days_ago=40)  # too old
-    finished(victor, "eval:2", 0.3, queue="batch")  # four in batch: too few to predict
+    finished(victor, "eval:2", 0.3, queue="batch")  # four in batch: too few of its own
     finished(victor, "eval:2", 0.3, queue="batch")
     finished(victor, "eval:2", 0.3, queue="batch")
     finished(victor, "eval:2", 0.3, queue="batch")
@@ -236,10 +236,25 @@ def test_runtime_history_predicts_each_jobs_runtime_shrunk_toward_its_queues(clu
     # mia's train:1 (mean 0.5 of 2 jobs) is shrunk toward it: (2 × 0.5 + 3 × 0.58) / 5 = 0.548
     assert numbers(forecasts[mine.pk]) == pytest.approx((0.548, 0.168, 0.868))
     assert numbers(forecasts[new.pk]) == pytest.approx((0.58, 0.2, 0.9))
-    assert forecasts[other.pk] is None
+    # batch has 4 finished jobs: the cluster's 9 are its prior — 0.2, 0.3 × 4, 0.5 × 2, 0.8,
+    # 0.9: mean 4.1 / 9 = 0.4556, 10th percentile 0.2, 90th 0.9; mia's train:1 has no batch runs
+    assert numbers(forecasts[other.pk]) == pytest.approx((0.45556, 0.2, 0.9), abs=1e-4)
     queues = {q.name: q.forecast for q in snapshot.queues}
     assert numbers(queues["training"]) == pytest.approx((0.58, 0.2, 0.9))
-    assert queues["batch"] is None
+    assert numbers(queues["batch"]) == pytest.approx((0.45556, 0.2, 0.9), abs=1e-4)
+    # a queue nobody ran in yet: the cluster's prior too
+    assert numbers(queues["interactive"]) == pytest.approx((0.45556, 0.2, 0.9), abs=1e-4)
+
+
+def test_on_a_cold_start_the_first_estimate_already_has_an_interval(cluster, mia):
+    """No finished job anywhere: the documented default prior (likely 0.7, 10th percentile
+    0.3, 90th 1.0 of the limit) predicts, so "likely" is not "at the latest"."""
+    waiting = submit(mia, "vision", "training", "any-gpu", image="train:1")
+
+    snapshot = snapshot_build(now=timezone.now())
+
+    assert numbers({j.id: j.forecast for j in snapshot.pending}[waiting.pk]) == pytest.approx((0.7, 0.3, 1.0))
+    assert {q.name: numbers(q.forecast) for q in snapshot.queues}["training"] == pytest.approx((0.7, 0.3, 1.0))
 
 
 def numbers(forecast: engine.Forecast | None) -> tuple[float, float, float] | None:
