@@ -1158,6 +1158,9 @@ class QuotaRequest(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"quota request {self.pk}: {self.team} · {self.gpu_class} ({self.status})"
+
     @property
     def partly_granted(self) -> bool:
         """Approved with less than was asked (the admin said why in ``decision_reason``)."""
@@ -1165,9 +1168,6 @@ class QuotaRequest(models.Model):
             self.granted_nominal != self.nominal
             or self.granted_borrowing_limit != self.borrowing_limit
         )
-
-    def __str__(self) -> str:
-        return f"quota request {self.pk}: {self.team} · {self.gpu_class} ({self.status})"
 
 
 # --- Operations history: what the reconcile saw, pre-aggregated for /ops/ and /metrics -------

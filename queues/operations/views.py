@@ -292,7 +292,9 @@ def request_list(request: HttpRequest) -> HttpResponse:
 
 def _form_errors_text(form: forms.Form) -> str:
     """A refused form in one line, each problem under its field's name."""
-    return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+    return "; ".join(
+        f"{field}: {' '.join(map(str, errors))}" for field, errors in form.errors.items()
+    )
 
 
 @staff_required

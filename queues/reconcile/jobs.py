@@ -474,9 +474,9 @@ def _sync_running(
         _deleted_outside(job, pods, now=now, report=report)
         return
     outcome = _finished(k8s)
-    if not outcome and job.state == JobState.RUNNING:
-        if _pod_deleted_outside(job, pods, now=now, report=report):
-            return
+    running = not outcome and job.state == JobState.RUNNING
+    if running and _pod_deleted_outside(job, pods, now=now, report=report):
+        return
     finished = [p.container.finished_at for p in pods if p.container.finished_at]
     completion = parse_time((k8s.get("status") or {}).get("completionTime"))
     end = completion or (max(finished) if finished else now)

@@ -336,7 +336,8 @@ def test_an_admin_grants_less_than_asked_with_a_reason_the_member_reads(
         {"nominal": "１０", "borrowing_limit": "8", "reason": "x"},
         follow=True,
     )
-    assert [str(m) for m in response.context["messages"]][0].startswith("Not approved: nominal: ")
+    (message,) = [str(m) for m in response.context["messages"]]
+    assert message.startswith("Not approved: nominal: ")
     request.refresh_from_db()
     assert request.status == "pending"
     assert Quota.objects.get(team__name="vision", gpu_class__name="h100-80gb").nominal == 8

@@ -253,8 +253,12 @@ def test_on_a_cold_start_the_first_estimate_already_has_an_interval(cluster, mia
 
     snapshot = snapshot_build(now=timezone.now())
 
-    assert numbers({j.id: j.forecast for j in snapshot.pending}[waiting.pk]) == pytest.approx((0.7, 0.3, 1.0))
-    assert {q.name: numbers(q.forecast) for q in snapshot.queues}["training"] == pytest.approx((0.7, 0.3, 1.0))
+    assert numbers({j.id: j.forecast for j in snapshot.pending}[waiting.pk]) == pytest.approx(
+        (0.7, 0.3, 1.0)
+    )
+    assert {q.name: numbers(q.forecast) for q in snapshot.queues}["training"] == pytest.approx(
+        (0.7, 0.3, 1.0)
+    )
 
 
 def numbers(forecast: engine.Forecast | None) -> tuple[float, float, float] | None:
