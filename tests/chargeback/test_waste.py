@@ -26,7 +26,11 @@ def test_a_preempted_jobs_waste_and_a_failed_jobs_hours(example_policy):
         start=datetime(2026, 11, 5, 8, tzinfo=UTC),
         end=datetime(2026, 11, 5, 12, tzinfo=UTC),
     )
-    # Preempted at 12:00, 90 minutes after its last checkpoint: 1.5 h × 2 GPUs = 3 GPU-hours.
+    # Preempted at 12:00, 90 minutes after its last checkpoint, its pods gone at once:
+    # 1.5 h × 2 GPUs = 3 GPU-hours.
+    JobEvent.objects.create(
+        job=preempted, at=datetime(2026, 11, 5, 10, 30, tzinfo=UTC), kind="checkpoint"
+    )
     JobEvent.objects.create(
         job=preempted,
         at=datetime(2026, 11, 5, 12, tzinfo=UTC),
