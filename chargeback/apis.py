@@ -157,7 +157,7 @@ class ForecastSerializer(serializers.Serializer):
     new_work_at_run_rate = serializers.DecimalField(
         max_digits=18,
         decimal_places=2,
-        help_text="The team's mean daily cost over the 14 days before as_of × the days left, "
+        help_text="The team's mean daily cost over the 21 days before as_of × the days left, "
         "less what its running jobs fill (not below 0).",
     )
     total = serializers.DecimalField(

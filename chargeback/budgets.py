@@ -6,15 +6,20 @@ team's members, and ``/metrics`` exports the spend and the amount for alerting."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from chargeback.forecast import Forecast
-from chargeback.statements import Line
+from chargeback.models import month_end, month_start
+from chargeback.statements import Line, statement
 from queues.models import Budget, BudgetScope, Team
 
+METRICS_PREFIX = "gpuportal"
 WARN_PERCENT = Decimal(80)
 OVER_PERCENT = Decimal(100)
 
@@ -52,13 +57,28 @@ class BudgetStatus:
         return 0
 
     @property
+    def headline(self) -> str:
+        """What the banner leads with: which of spend and forecast reached which mark."""
+        spent_over = self.spent_percent >= OVER_PERCENT
+        if self.level == 100:
+            return "Over budget" if spent_over else "Forecast over budget"
+        return (
+            "80 % of budget spent"
+            if self.spent_percent >= WARN_PERCENT
+            else ("Forecast past 80 % of budget")
+        )
+
+    @property
     def message(self) -> str:
-        label = "Team" if self.scope == BudgetScope.TEAM else "Cost center"
-        head = f"{label} {self.name}: {self.spent} {self.currency} spent in {self.month:%Y-%m}"
-        head += f", {self.spent_percent} % of its budget of {self.amount} {self.currency}"
+        label = "team" if self.scope == BudgetScope.TEAM else "cost center"
+        text = (
+            f"{label} {self.name}, {self.month:%Y-%m}: {self.spent} {self.currency} spent so far "
+            f"({self.spent_percent} % of its budget of {self.amount} {self.currency})"
+        )
         if self.forecast is not None:
-            head += f"; forecast {self.forecast} {self.currency} ({self.forecast_percent} %)"
-        return head
+            text += f"; forecast to the month's end {self.forecast} {self.currency} "
+            text += f"({self.forecast_percent} %)"
+        return text
 
 
 def budgets_for(month: date) -> dict[tuple[str, str], Budget]:
@@ -135,3 +155,35 @@ def _spent(
         ):
             total += line.cost
     return total
+
+
+class BudgetCollector(Collector):
+    """``/metrics``: this month's budget amount and spend so far per team and cost center
+    (``gpuportal_budget_amount``, ``gpuportal_budget_spend``; labels ``scope``, ``name``,
+    ``currency``), so an alert can fire at ``spend / amount >= 0.8``. Nothing is computed when no
+    budget is set."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["scope", "name", "currency"]
+        amount = GaugeMetricFamily(
+            f"{METRICS_PREFIX}_budget_amount",
+            "This month's budget per team or cost center (the policy's budgets).",
+            labels=labels,
+        )
+        spend = GaugeMetricFamily(
+            f"{METRICS_PREFIX}_budget_spend",
+            "This month's statement cost so far per budgeted team or cost center.",
+            labels=labels,
+        )
+        month = self.now.date().replace(day=1)
+        if budgets_for(month):
+            lines = statement(start=month_start(month), end=month_end(month), now=self.now).lines
+            for status in budget_statuses(month=month, lines=lines, forecasts=(), team_ids=None):
+                key = [status.scope, status.name, status.currency]
+                amount.add_metric(key, float(status.amount))
+                spend.add_metric(key, float(status.spent))
+        yield amount
+        yield spend

@@ -31,7 +31,7 @@ from queues.models import EventKind, Job, JobEvent, RateCard, UsageInterval
 from queues.rates import rate_interval, round_money
 from queues.reconcile.snapshot import forecast_for, runtime_forecasts, runtime_history
 
-RUN_RATE_DAYS = 14
+RUN_RATE_DAYS = 21
 Z90 = 1.645
 DAY = timedelta(days=1)
 # What tells a job to stop: after it, its held GPUs are let go, not worked on.

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from chargeback import charts
 from chargeback.exports import report_csv, view_data, waste_total
+from chargeback.forecast import RUN_RATE_DAYS
 from chargeback.models import month_end, month_start
 from chargeback.selectors import (
     AsOfRefused,
@@ -119,6 +120,7 @@ def report(request: HttpRequest) -> HttpResponse:
         "waste": view.waste,
         "waste_totals": waste_total(view.waste),
         "forecast": view.forecast,
+        "run_rate_days": RUN_RATE_DAYS,
         "budgets": view.budgets,
         "banners": [b for b in view.budgets if b.level],
         "capacity": splits,

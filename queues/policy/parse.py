@@ -1144,7 +1144,9 @@ def _parse_budgets(
         "currency",
         _text,
         check=lambda v: (
-            None if _CURRENCY.fullmatch(v) else f"{v!r} is not a three-letter currency code like EUR"
+            None
+            if _CURRENCY.fullmatch(v)
+            else f"{v!r} is not a three-letter currency code like EUR"
         ),
     )
     centers = {str(fields.get("cost_center", "")) for fields in teams.values()} - {""}
@@ -1179,9 +1181,7 @@ def _budget(value: Any, where: str, entry: _Entry) -> dict[str, Any] | None:
         value = {"monthly": value}
     unknown = sorted(str(k) for k in value if k not in ("monthly", "months"))
     if unknown:
-        entry.problem(
-            f"{where}.{unknown[0]}", "unknown field (expected one of: monthly, months)"
-        )
+        entry.problem(f"{where}.{unknown[0]}", "unknown field (expected one of: monthly, months)")
         return None
 
     def amount(raw: Any, at: str) -> Decimal | None:
