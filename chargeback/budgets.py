@@ -116,6 +116,7 @@ def budget_statuses(
     forecasting = bool(ahead)
     statuses = []
     for (scope, name), budget in sorted(budgets.items()):
+        members_of: tuple[str, ...]
         if scope == BudgetScope.TEAM:
             members_of = (name,) if name in centers else ()
             spent = _spent(lines, budget.currency, team=name)

@@ -279,7 +279,7 @@ def _runs(
         day += timedelta(days=1)
     jobs: list[Job] = []
     plans: list[tuple[Pattern, datetime, timedelta, str, list[tuple[datetime, datetime]]]] = []
-    drained = set()
+    drained: set[int] = set()
     for pattern, begin, runtime, outcome in planned:
         segments = [(begin, begin + runtime)]
         if outcome == "preempted":
@@ -380,6 +380,7 @@ def _runs(
                         ),
                     )
                 )
+        assert job.finished_at is not None
         events.append(
             JobEvent(
                 job=job,

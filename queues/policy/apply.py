@@ -391,7 +391,7 @@ def _write_budgets(before: dict[str, Any], wanted: dict[str, Any], report: Polic
     if before == wanted:
         return
     Budget.objects.all().delete()
-    rows = []
+    rows: list[tuple[str, str, date | None, Decimal]] = []
     for section, scope in (("teams", BudgetScope.TEAM), ("cost_centers", BudgetScope.COST_CENTER)):
         for name, budget in wanted[section].items():
             if budget["monthly"] is not None:

@@ -123,15 +123,15 @@ def policy_current() -> Policy:
     }
     budgets = no_budgets()
     sections = {BudgetScope.TEAM: "teams", BudgetScope.COST_CENTER: "cost_centers"}
-    for row in Budget.objects.order_by("scope", "name", "month"):
-        budgets["currency"] = row.currency
-        into = budgets[sections[BudgetScope(row.scope)]].setdefault(
-            row.name, {"monthly": None, "months": {}}
+    for budget in Budget.objects.order_by("scope", "name", "month"):
+        budgets["currency"] = budget.currency
+        into = budgets[sections[BudgetScope(budget.scope)]].setdefault(
+            budget.name, {"monthly": None, "months": {}}
         )
-        if row.month is None:
-            into["monthly"] = row.amount
+        if budget.month is None:
+            into["monthly"] = budget.amount
         else:
-            into["months"][f"{row.month:%Y-%m}"] = row.amount
+            into["months"][f"{budget.month:%Y-%m}"] = budget.amount
     # Like fair_share: in the policy once it holds a budget.
     if budgets != no_budgets():
         policy["budgets"] = budgets
