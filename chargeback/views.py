@@ -107,7 +107,8 @@ def report(request: HttpRequest) -> HttpResponse:
     finance = is_finance(request.user)
     team_ids = team_ids_visible_to(request.user)
     splits = view.capacity or []
-    trend = monthly_trend(month=month, now=now, team_ids=team_ids)
+    # (The trend up to the month as of the same instant as the statement above it.)
+    trend = monthly_trend(month=month, now=result.as_of, team_ids=team_ids)
     own = [] if finance else own_usage_by_day(request.user, now=now)
     context: dict[str, Any] = {
         "title": "Chargeback" if finance else "Usage",

@@ -160,8 +160,9 @@ def test_a_trend_of_zeros_draws_no_axis_below_zero(page, log_in, fiona, example_
 def test_a_member_sees_the_budget_banner_and_the_forecast_in_parts(
     page, log_in, screenshot, demo_member, example_policy, width
 ):
-    # nlp: 8 H100s from Nov 7 16:00 to Nov 16: 7680.00 EUR of its 12000; at the run rate its
-    # forecast is 15360.00 (128 %): a banner for its members.
+    # nlp: 8 H100s from Nov 7 16:00 to Nov 16: 7680.00 EUR of its 12000; at its run rate over
+    # the 8 whole days of usage there are (921.60 EUR a day) its forecast is 7680 + 15 × 921.60
+    # = 21504.00 (179.2 %): a banner for its members.
     hold(
         team="nlp",
         gpu_class="h100-80gb",
@@ -178,8 +179,8 @@ def test_a_member_sees_the_budget_banner_and_the_forecast_in_parts(
     expect(banner).to_have_count(1)
     expect(banner).to_contain_text("Forecast over budget — team nlp, 2026-11: 7680.00 EUR")
     expect(page.get_by_test_id("forecast")).to_contain_text("Running jobs to likely end")
-    expect(page.get_by_test_id("forecast")).to_contain_text("15360.00 EUR")
-    expect(page.get_by_test_id("budgets")).to_contain_text("128.0 %")
+    expect(page.get_by_test_id("forecast")).to_contain_text("21504.00 EUR")
+    expect(page.get_by_test_id("budgets")).to_contain_text("179.2 %")
     assert "as_of=2026-11-16T00%3A00%3A00Z" in (page.get_by_test_id("csv").get_attribute("href"))
     _fits(page, width)
     screenshot(f"{width} budget banner and forecast")

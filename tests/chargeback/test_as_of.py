@@ -74,6 +74,7 @@ def test_page_csv_and_api_agree_to_the_cent_for_the_same_as_of(this_month, fiona
     assert data["as_of"] == text
     assert page.context["report"].totals.cost == {"EUR": D("7.20")}
     assert page.context["report"].as_of == as_of
+    assert page.context["trend"][-1][1].cost == {"EUR": D("7.20")}  # the chart: the same instant
     assert b"7.20 EUR" in page.content
     [total] = [row for row in exported if row["kind"] == "line total"]
     assert total["cost"] == "7.20"
