@@ -150,8 +150,9 @@ class PeriodReport:
 
     @property
     def open(self) -> bool:
-        """Still open at its as-of instant: forecast and budgets look ahead."""
-        return self.period is None and self.as_of < self.end
+        """Under way at its as-of instant (begun, not ended, not closed): the forecast looks
+        ahead from there."""
+        return self.period is None and self.start <= self.as_of < self.end
 
 
 class AsOfRefused(ValueError):

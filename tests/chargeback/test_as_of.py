@@ -226,3 +226,25 @@ def test_a_range_is_as_of_its_instant_too(example_policy, fiona, api_as):
 
     assert (data["as_of"], data["totals"]["cost"]) == ("2026-11-10T09:00:00Z", {"EUR": "4.80"})
     assert {row["period"] for row in exported} == {"2026-11-01T00:00:00Z/2026-12-01T00:00:00Z"}
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    value=st.one_of(
+        st.text(max_size=40),
+        st.datetimes(
+            min_value=datetime(1960, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+        ).map(lambda d: d.isoformat()),
+    )
+)
+def test_no_as_of_is_a_server_error(example_policy, fiona, api_as, value):
+    client = _client(fiona)
+    api = api_as(fiona)
+    for response in (
+        api.get("/api/chargeback/", {"period": "2026-11", "as_of": value}),
+        api.get("/api/chargeback/", {"as_of": value, "format": "csv"}),
+        client.get("/chargeback/", {"month": "2026-11", "as_of": value}),
+    ):
+        assert response.status_code in (200, 400), (value, response.status_code)

@@ -179,3 +179,8 @@ def test_the_api_and_the_page_say_which_part_is_which(speech_job, sam, fiona, ap
     for heading in ("Billed so far", "Running jobs to likely end", "New work at run rate"):
         assert f'<th class="num">{heading}</th>' in html
     assert "<strong>115.20 EUR</strong>" in html
+
+
+def test_no_forecast_as_of_before_the_month_began_or_after_it_ended(speech_job):
+    assert _forecast(as_of=datetime(2026, 10, 20, tzinfo=UTC)) == {}
+    assert _forecast(as_of=datetime(2026, 12, 1, tzinfo=UTC)) == {}
