@@ -13,7 +13,7 @@ from typing import Any
 from chargeback.budgets import BudgetStatus
 from chargeback.capacity import PARTS, CapacitySplit
 from chargeback.forecast import Forecast
-from chargeback.selectors import Adjustment, StatementView, Waste
+from chargeback.selectors import Adjustment, StatementView, Waste, measured_idle
 from chargeback.statements import DEFAULT_GROUP_BY, Line, Totals
 from portal.formatting import format_datetime
 
@@ -121,16 +121,14 @@ def forecast_data(f: Forecast) -> dict[str, Any]:
 
 
 def waste_total(rows: Sequence[Waste]) -> Waste:
-    """The sum of the rounded waste lines (idle None when any line is not measured)."""
+    """The sum of the rounded waste lines (idle: of the measured lines; None when none is)."""
     zero = Decimal("0.000")
     return Waste(
         team="",
         preempted_gpu_hours=sum((w.preempted_gpu_hours for w in rows), zero),
         drained_gpu_hours=sum((w.drained_gpu_hours for w in rows), zero),
         failed_gpu_hours=sum((w.failed_gpu_hours for w in rows), zero),
-        idle_gpu_hours=None
-        if not rows or any(w.idle_gpu_hours is None for w in rows)
-        else sum((w.idle_gpu_hours or zero for w in rows), zero),
+        idle_gpu_hours=measured_idle(rows),
     )
 
 

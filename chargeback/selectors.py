@@ -338,10 +338,11 @@ def waste_lines(
         team, queue = names[line.key["job"]]
         key = (team, queue, line.key["gpu_class"])
         failed_hours[key] = failed_hours.get(key, Decimal(0)) + line.gpu_hours
-    idle: dict[WasteKey, Fraction] | None = None
+    idle: dict[WasteKey, Fraction | None] | None = None
     if prometheus is not None and start < until:
         idle = _idle_hours(prometheus, start=start, end=until, team_ids=team_ids)
-    keys = set(preempted) | set(drained) | set(failed_hours) | set(idle or {})
+    measured = {key for key, hours in (idle or {}).items() if hours is not None}
+    keys = set(preempted) | set(drained) | set(failed_hours) | measured
     zero = Decimal("0.000")
     return [
         Waste(
@@ -351,18 +352,23 @@ def waste_lines(
             preempted_gpu_hours=round_hours(preempted.get(key, Fraction(0))),
             drained_gpu_hours=round_hours(drained.get(key, Fraction(0))),
             failed_gpu_hours=failed_hours.get(key, zero),
-            idle_gpu_hours=None if idle is None else round_hours(idle.get(key, Fraction(0))),
+            idle_gpu_hours=_rounded_or_none((idle or {}).get(key)),
         )
         for key in sorted(keys)
         for team, queue, gpu_class in [key]
     ]
 
 
+def _rounded_or_none(value: Fraction | None) -> Decimal | None:
+    return None if value is None else round_hours(value)
+
+
 def _idle_hours(
     prometheus: Any, *, start: datetime, end: datetime, team_ids: list[int] | None
-) -> dict[WasteKey, Fraction] | None:
-    """Allocated-but-idle GPU-hours by key from the duty cycle (``queues.jobs.duty``); None
-    when Prometheus cannot be read."""
+) -> dict[WasteKey, Fraction | None] | None:
+    """Allocated-but-idle GPU-hours by key from the duty cycle (``queues.jobs.duty``), of the
+    pods Prometheus has utilization for; None for a key none of whose pods it has (not
+    measured is never shown as not idle). None when Prometheus cannot be read."""
     try:
         lines = duty_lines(prometheus, start=start, end=end)
     except PrometheusUnavailable:
@@ -377,12 +383,17 @@ def _idle_hours(
         if team_ids is None
         else set(Team.objects.filter(pk__in=team_ids).values_list("name", flat=True))
     )
-    idle: dict[WasteKey, Fraction] = {}
+    idle: dict[WasteKey, Fraction | None] = {}
     for line in lines:
         if allowed is not None and line.team not in allowed:
             continue
         key = (line.team, line.queue, classes.get(line.job_id) or "")
-        idle[key] = idle.get(key, Fraction(0)) + Fraction(line.idle_gpu_hours)
+        measured = line.busy_gpu_hours + line.idle_gpu_hours
+        before = idle.get(key)
+        if measured:
+            idle[key] = (before or Fraction(0)) + Fraction(line.idle_gpu_hours)
+        else:
+            idle.setdefault(key, None)
     return idle
 
 
@@ -400,9 +411,15 @@ def waste_by_team(
     )
 
 
+def measured_idle(rows: Iterable[Waste]) -> Decimal | None:
+    """The sum of the lines' idle hours that were measured; None when none was."""
+    measured = [w.idle_gpu_hours for w in rows if w.idle_gpu_hours is not None]
+    return sum(measured, Decimal("0.000")) if measured else None
+
+
 def waste_team_sums(lines: Iterable[Waste]) -> list[Waste]:
     """Waste lines summed per team (queue and class empty): sums of the rounded lines; idle
-    None when any of the team's lines is not measured."""
+    the sum of the measured lines' (None when none is measured)."""
     teams: dict[str, list[Waste]] = {}
     for line in lines:
         teams.setdefault(line.team, []).append(line)
@@ -413,9 +430,7 @@ def waste_team_sums(lines: Iterable[Waste]) -> list[Waste]:
             preempted_gpu_hours=sum((w.preempted_gpu_hours for w in rows), zero),
             drained_gpu_hours=sum((w.drained_gpu_hours for w in rows), zero),
             failed_gpu_hours=sum((w.failed_gpu_hours for w in rows), zero),
-            idle_gpu_hours=None
-            if any(w.idle_gpu_hours is None for w in rows)
-            else sum((w.idle_gpu_hours or zero for w in rows), zero),
+            idle_gpu_hours=measured_idle(rows),
         )
         for team, rows in sorted(teams.items())
     ]

@@ -17,7 +17,7 @@ from chargeback.selectors import waste_lines
 from queues.cluster.adapter import Cluster
 from queues.cluster.prometheus import Prometheus, PrometheusUnavailable, gpu_util_query
 from queues.jobs.duty import duty_by, duty_lines
-from queues.models import CapabilityClass, Queue, Team
+from queues.models import CapabilityClass, JobEvent, Queue, Team
 from queues.reconcile.cycle import reconcile_cycle
 from tests.chargeback.helpers import hold
 from tests.factories import JobFactory
@@ -148,6 +148,12 @@ def test_the_waste_counts_allocated_but_idle_hours_per_team_queue_and_class(
     run_jobs(sim_cluster, cluster, [first, second], 3600)
     start = first.started_at - timedelta(minutes=5)
     end = sim_cluster.now()
+    # A pod Prometheus has no series for, preempted after 30 minutes: its loss counts, its idle
+    # is not measured (never shown as 0); another with nothing lost is no line at all.
+    speech = JobFactory(team=Team.objects.get(name="speech"), queue=Queue.objects.get(name="batch"))
+    hold(team="speech", gpu_class="l4", job=speech, start=start, end=start + timedelta(minutes=30))
+    JobEvent.objects.create(job=speech, at=start + timedelta(minutes=30), kind="preempted")
+    hold(team="search", gpu_class="l4", start=start, end=start + timedelta(minutes=30))
 
     lines = waste_lines(
         start=start,
@@ -159,6 +165,7 @@ def test_the_waste_counts_allocated_but_idle_hours_per_team_queue_and_class(
 
     assert [(w.team, w.queue, w.gpu_class, w.idle_gpu_hours) for w in lines] == [
         ("nlp", "batch", second.gpu_class.name, D("0.900")),
+        ("speech", "batch", "l4", None),
         ("vision", "batch", first.gpu_class.name, D("1.000")),
     ]
-    assert all(w.lost_gpu_hours == 0 for w in lines)
+    assert [w.lost_gpu_hours for w in lines] == [D(0), D("0.500"), D(0)]
