@@ -12,12 +12,14 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.test import Client, override_settings
 from django.utils import timezone
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from queues.models import Budget, BudgetScope
 from queues.policy.apply import policy_apply
 from queues.policy.export import dump_policy, policy_current
-from queues.policy.parse import PolicyError
+from queues.policy.parse import PolicyError, parse_policy
 from queues.policy.text import policy_yaml
 from tests.chargeback.helpers import NOV, hold
 from tests.conftest import EXAMPLE_POLICY
@@ -216,3 +218,46 @@ def test_metrics_export_budget_amount_and_spend(example_policy):
     assert found[("gpuportal_budget_amount", "team", "nlp")] == (nlp, "EUR")
     assert found[("gpuportal_budget_spend", "cost_center", "CC-2001")] == (0.0, "EUR")
     assert len(found) == 10  # 5 budgets in force (nlp's own month over its monthly) × 2
+
+
+VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=10)
+    | st.sampled_from(["2026-12", "12.50", "1e3", "-0", "vision", "CC-1001"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(max_size=8) | st.integers() | st.sampled_from(["monthly", "months", "2026-11"]),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budgets=VALUES
+    | st.fixed_dictionaries(
+        {
+            "currency": st.sampled_from(["EUR", "eur", 5, None]),
+            "teams": st.dictionaries(st.sampled_from(["vision", "nlp", "nobody", 3]), VALUES),
+            "cost_centers": st.dictionaries(st.sampled_from(["CC-1001", "CC-9"]), VALUES),
+        }
+    )
+)
+def test_any_budgets_section_is_accepted_or_refused_with_reasons(budgets):
+    existing = {"teams": {"vision": {"cost_center": "CC-1001"}, "nlp": {"cost_center": "CC-1002"}}}
+    try:
+        policy = parse_policy({"budgets": budgets}, existing=existing)
+    except PolicyError as exc:
+        assert exc.problems and all(str(p).startswith("budgets") for p in exc.problems)
+        return
+    for section in ("teams", "cost_centers"):
+        for budget in policy["budgets"][section].values():
+            amounts = [budget["monthly"], *budget["months"].values()]
+            assert all(a is None or (a > 0 and a == a.quantize(D("0.01"))) for a in amounts)
