@@ -19,7 +19,7 @@ from portal.formatting import format_datetime
 from portal.roles import is_finance
 from queues.cluster.prometheus import PrometheusUnavailable
 from queues.jobs.duty import duty_lines
-from queues.models import Job, JobEvent, JobState, Team, UsageInterval
+from queues.models import EventKind, Job, JobEvent, JobState, Team, UsageInterval
 from queues.rates import MICROSECONDS_PER_HOUR, round_hours
 
 
@@ -246,12 +246,13 @@ WasteKey = tuple[str, str, str]  # team, queue, GPU class
 
 
 def _stop_losses(
-    *, start: datetime, until: datetime, team_ids: list[int] | None
+    *, start: datetime, until: datetime, as_of: datetime, team_ids: list[int] | None
 ) -> tuple[dict[WasteKey, Fraction], dict[WasteKey, Fraction]]:
-    """Exact GPU-hours lost to preemptions and to drains in [``start``, ``until``), by key: for
+    """Exact GPU-hours lost to the preemptions and drains in [``start``, ``until``), by key: for
     each pod holding GPUs when its job was told to stop, from the later of its start and the
-    job's last checkpoint before the stop, to when the pod let go (or ``until``)."""
-    events = JobEvent.objects.filter(kind="preempted", at__gte=start, at__lt=until)
+    job's last checkpoint before the stop, to when the pod let go (at most ``as_of``) — also
+    past ``until``: the loss belongs to the period of the stop."""
+    events = JobEvent.objects.filter(kind=EventKind.PREEMPTED, at__gte=start, at__lt=until)
     if team_ids is not None:
         events = events.filter(job__team_id__in=team_ids)
     stops = list(events.values_list("job_id", "at", "details"))
@@ -262,7 +263,7 @@ def _stop_losses(
     job_ids = {job_id for job_id, _, _ in stops}
     checkpoints: dict[int, list[datetime]] = {}
     for job_id, at in (
-        JobEvent.objects.filter(job_id__in=job_ids, kind="checkpoint")
+        JobEvent.objects.filter(job_id__in=job_ids, kind=EventKind.CHECKPOINT)
         .order_by("at")
         .values_list("job_id", "at")
     ):
@@ -295,7 +296,7 @@ def _stop_losses(
             if started > at or (ended is not None and ended < at):
                 continue  # not holding GPUs when told to stop
             saved = max([started, *(c for c in checkpoints.get(job_id, []) if c <= at)])
-            held = min(ended or until, until) - saved
+            held = min(ended or as_of, as_of) - saved
             if held <= timedelta(0):
                 continue
             key = (team, queue, gpu_class)
@@ -318,7 +319,7 @@ def waste_lines(
     ``Waste``). With ``prometheus`` (``queues.cluster.prometheus.Prometheus``) the idle hours
     come from the duty cycle; without it, or when it cannot be read, they are None."""
     until = min(end, now)
-    preempted, drained = _stop_losses(start=start, until=until, team_ids=team_ids)
+    preempted, drained = _stop_losses(start=start, until=until, as_of=now, team_ids=team_ids)
     failed = statement(
         start=start,
         end=end,

@@ -225,3 +225,27 @@ def test_waste_is_in_the_statement_csv_and_api(example_policy, fiona, api_as):
     html = page.content.decode()
     assert 'data-testid="waste-preempted">2.800<' in html
     assert 'data-testid="waste-failed">6.000<' in html
+
+
+def test_a_preemption_just_before_the_month_ends_loses_its_grace_in_that_month(example_policy):
+    # Preempted at Nov 30 23:55 after 55 minutes without a checkpoint, 1 H100 let go at Dec 1
+    # 00:05: (55 + 10) / 60 = 1.083 GPU-hours, all November's; December's waste has none.
+    job = _job("vision", "training")
+    start = datetime(2026, 11, 30, 23, tzinfo=UTC)
+    hold(
+        team="vision",
+        gpu_class="h100-80gb",
+        job=job,
+        start=start,
+        end=start + timedelta(minutes=65),
+    )
+    JobEvent.objects.create(job=job, at=start + timedelta(minutes=55), kind="preempted")
+    after = datetime(2026, 12, 3, tzinfo=UTC)
+
+    [november] = waste_lines(start=NOV, end=DEC, now=after, team_ids=None)
+    december = waste_lines(
+        start=DEC, end=datetime(2027, 1, 1, tzinfo=UTC), now=after, team_ids=None
+    )
+
+    assert november.preempted_gpu_hours == Decimal("1.083")
+    assert december == []
