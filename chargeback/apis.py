@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time
+from datetime import datetime
 from typing import Any
 
 from django.http import Http404
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import renderers, serializers
@@ -16,11 +15,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chargeback.exports import report_csv, report_data
-from chargeback.selectors import period_report, team_ids_visible_to
-from chargeback.services import parse_month
+from chargeback.exports import report_csv, report_data, view_data
+from chargeback.selectors import AsOfRefused, statement_view, team_ids_visible_to
+from chargeback.services import INSTANT_EXPECTED, parse_instant, parse_month
 from chargeback.statements import DEFAULT_GROUP_BY, DIMENSIONS, statement
+from portal.formatting import format_datetime
 from portal.schema import ErrorDetailSerializer
+from queues.cluster.prometheus import prometheus_from_settings
 
 MAX_RANGE_DAYS = 400
 
@@ -39,23 +40,14 @@ class CsvRenderer(renderers.BaseRenderer):
 class InstantField(serializers.Field):
     """A date (midnight UTC) or an ISO 8601 date-time (UTC when it names no offset)."""
 
-    default_error_messages = {"invalid": "expected a date (2026-11-01) or an ISO 8601 date-time"}
+    default_error_messages = {"invalid": INSTANT_EXPECTED}
 
     def to_internal_value(self, data: Any) -> datetime:
-        text = str(data)
         try:
-            parsed = parse_datetime(text)
-            day = None if parsed else parse_date(text)
+            return parse_instant(str(data))
         except ValueError:
             self.fail("invalid")
-        if parsed is None and day is None:
-            self.fail("invalid")
-        value = parsed or datetime.combine(day, time(0), tzinfo=UTC)  # type: ignore[arg-type]
-        if timezone.is_naive(value):
-            value = value.replace(tzinfo=UTC)
-        if not datetime(1970, 1, 1, tzinfo=UTC) <= value <= datetime(9000, 1, 1, tzinfo=UTC):
-            self.fail("invalid")
-        return value.astimezone(UTC)
+            raise  # (fail raises)
 
     def to_representation(self, value: Any) -> str:
         return str(value)
@@ -66,6 +58,15 @@ class StatementQuery(serializers.Serializer):
     start = InstantField(required=False)
     end = InstantField(required=False)
     group_by = serializers.CharField(required=False)
+    as_of = InstantField(required=False)
+
+    def validate_as_of(self, value: datetime) -> datetime:
+        if value > timezone.now():
+            raise serializers.ValidationError(
+                f"{format_datetime(value)} is in the future: a statement counts what was held "
+                "up to its as-of instant"
+            )
+        return value
 
     def validate_period(self, value: str) -> Any:
         try:
@@ -85,7 +86,7 @@ class StatementQuery(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # An empty value (``?start=``) is a bad value, not an absent one.
-        for name in ("period", "start", "end", "group_by"):
+        for name in ("period", "start", "end", "group_by", "as_of"):
             if name in self.initial_data and name not in attrs:
                 raise serializers.ValidationError({name: "must not be empty"})
         if "period" in attrs:
@@ -140,9 +141,92 @@ class TotalsSerializer(serializers.Serializer):
     cost = serializers.DictField(child=serializers.DecimalField(max_digits=18, decimal_places=2))
 
 
+class ForecastSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    currency = serializers.CharField()
+    billed_so_far = serializers.DecimalField(
+        max_digits=18, decimal_places=2, help_text="The statement's cost as of as_of."
+    )
+    running_jobs_to_likely_end = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=2,
+        help_text="GPUs held at as_of carried on to their jobs' predicted ends (the runtime "
+        "prediction of the start estimates; the runtime limit without history), at most to the "
+        "month's end. Jobs told to stop add nothing.",
+    )
+    new_work_at_run_rate = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=2,
+        help_text="The team's mean daily cost over the 21 days before as_of × the days left, "
+        "less what its running jobs fill (not below 0).",
+    )
+    total = serializers.DecimalField(
+        max_digits=18, decimal_places=2, help_text="The sum of the three parts."
+    )
+    low = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="About 90 % range.")
+    high = serializers.DecimalField(max_digits=18, decimal_places=2)
+    run_rate_per_day = serializers.DecimalField(max_digits=18, decimal_places=2)
+    running_jobs = serializers.IntegerField()
+    days_left = serializers.DecimalField(max_digits=6, decimal_places=1)
+
+
+class WasteSerializer(serializers.Serializer):
+    team = serializers.CharField(help_text="Empty in waste_totals.")
+    queue = serializers.CharField()
+    gpu_class = serializers.CharField()
+    preempted_gpu_hours = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=3,
+        help_text="From each preempted job's last checkpoint (or its start) until its pods let "
+        "go of the GPUs, stopping grace included.",
+    )
+    drained_gpu_hours = serializers.DecimalField(
+        max_digits=18, decimal_places=3, help_text="The same for jobs stopped by a node drain."
+    )
+    failed_gpu_hours = serializers.DecimalField(
+        max_digits=18, decimal_places=3, help_text="All that failed jobs held."
+    )
+    idle_gpu_hours = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=3,
+        allow_null=True,
+        help_text="Allocated but idle, from the GPU duty cycle; null: not measured.",
+    )
+
+
+class BudgetSerializer(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=["team", "cost_center"])
+    name = serializers.CharField()
+    teams = serializers.ListField(child=serializers.CharField())
+    currency = serializers.CharField()
+    amount = serializers.DecimalField(max_digits=18, decimal_places=2)
+    spent = serializers.DecimalField(max_digits=18, decimal_places=2)
+    spent_percent = serializers.DecimalField(max_digits=9, decimal_places=1)
+    forecast = serializers.DecimalField(max_digits=18, decimal_places=2, allow_null=True)
+    forecast_percent = serializers.DecimalField(max_digits=9, decimal_places=1, allow_null=True)
+    level = serializers.ChoiceField(
+        choices=[0, 80, 100], help_text="80 or 100: spend or forecast reached that % of it."
+    )
+
+
+class CapacitySerializer(serializers.Serializer):
+    gpu_class = serializers.CharField()
+    used = serializers.DecimalField(max_digits=18, decimal_places=3)
+    idle = serializers.DecimalField(max_digits=18, decimal_places=3)
+    reserved_idle = serializers.DecimalField(max_digits=18, decimal_places=3)
+    unhealthy = serializers.DecimalField(max_digits=18, decimal_places=3)
+    maintenance = serializers.DecimalField(max_digits=18, decimal_places=3)
+    outside = serializers.DecimalField(max_digits=18, decimal_places=3)
+    allocatable = serializers.DecimalField(max_digits=18, decimal_places=3)
+    used_without_node_history = serializers.DecimalField(max_digits=18, decimal_places=3)
+
+
 class StatementSerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
+    as_of = serializers.DateTimeField(
+        help_text="What the numbers count: usage held up to this instant, nothing after."
+    )
     period = serializers.CharField(allow_null=True)
     closed = serializers.BooleanField()
     group_by = serializers.ListField(child=serializers.CharField())
@@ -150,6 +234,13 @@ class StatementSerializer(serializers.Serializer):
     totals = TotalsSerializer()
     adjustments = LineSerializer(many=True)
     adjustment_totals = TotalsSerializer()
+    forecast = ForecastSerializer(many=True, help_text="Open month only.")
+    waste = WasteSerializer(many=True, help_text="By team, queue and GPU class.")
+    waste_totals = WasteSerializer()
+    budgets = BudgetSerializer(many=True, help_text="A period's budgets the caller may see.")
+    idle_capacity = CapacitySerializer(
+        many=True, allow_null=True, help_text="Finance only (null for members)."
+    )
 
 
 class ChargebackView(APIView):
@@ -160,7 +251,10 @@ class ChargebackView(APIView):
         summary="A chargeback statement: a month's, or any range's",
         description=(
             "`period=YYYY-MM` gives the month as the chargeback page shows it (frozen once "
-            "closed, with adjustments apart); `start` and `end` give any range, computed now. "
+            "closed, with adjustments apart), with its forecast, waste, budgets and (finance) "
+            "idle capacity; `start` and `end` give any range. `as_of` fixes the instant the "
+            "numbers are computed at (default: now while open, the close for a closed month): "
+            "the same `as_of` gives the same totals on the page, in the CSV and here. "
             "Lines are rounded once (half up; hours to 0.001, money to the cent) and totals are "
             "sums of lines. Members get their teams' lines only. CSV with `format=csv` or "
             "`Accept: text/csv`."
@@ -177,6 +271,12 @@ class ChargebackView(APIView):
                 description=f"Comma-separated, of: {', '.join(DIMENSIONS)}. "
                 f"Default {','.join(DEFAULT_GROUP_BY)}.",
             ),
+            OpenApiParameter(
+                "as_of",
+                OpenApiTypes.DATETIME,
+                description="Count usage held up to this instant only (not in the future). "
+                "Default: now for an open month or a range, the close for a closed month.",
+            ),
             OpenApiParameter("format", str, enum=["json", "csv"], description="Default json."),
         ],
         responses={
@@ -189,33 +289,33 @@ class ChargebackView(APIView):
         query = StatementQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         params = query.validated_data
-        team_ids = team_ids_visible_to(request.user)
         now = timezone.now()
+        as_of = params.get("as_of")
         if "period" in params:
-            report = period_report(month=params["period"], now=now, team_ids=team_ids)
-            data = report_data(
-                start=report.start,
-                end=report.end,
-                group_by=DEFAULT_GROUP_BY,
-                lines=report.lines,
-                totals=report.totals,
-                adjustments=report.adjustments,
-                adjustment_totals=report.adjustment_totals,
-                period=report.month,
-                closed=report.closed,
-            )
+            try:
+                view = statement_view(
+                    user=request.user,
+                    month=params["period"],
+                    now=now,
+                    as_of=as_of,
+                    prometheus=prometheus_from_settings(),
+                )
+            except AsOfRefused as exc:
+                raise ValidationError({"as_of": [str(exc)]}) from exc
+            data = view_data(view)
         else:
             group_by = params.get("group_by", DEFAULT_GROUP_BY)
             result = statement(
                 start=params["start"],
                 end=params["end"],
-                now=now,
+                now=as_of or now,
                 group_by=group_by,
-                team_ids=team_ids,
+                team_ids=team_ids_visible_to(request.user),
             )
             data = report_data(
                 start=result.start,
                 end=result.end,
+                as_of=result.now,
                 group_by=result.group_by,
                 lines=result.lines,
                 totals=result.totals,

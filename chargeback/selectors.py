@@ -10,11 +10,17 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from chargeback.budgets import BudgetStatus, budget_statuses
+from chargeback.capacity import CapacitySplit, capacity_split
+from chargeback.forecast import Forecast, month_forecast
 from chargeback.models import FrozenLine, Period, month_end, month_start
 from chargeback.statements import DEFAULT_GROUP_BY, Line, Totals, statement
+from portal.formatting import format_datetime
 from portal.roles import is_finance
-from queues.models import Job, JobEvent, JobState, RateCard, Team, UsageInterval
-from queues.rates import rate_interval, round_hours, round_money
+from queues.cluster.prometheus import PrometheusUnavailable
+from queues.jobs.duty import duty_lines
+from queues.models import EventKind, Job, JobEvent, JobState, Team, UsageInterval
+from queues.rates import MICROSECONDS_PER_HOUR, round_hours
 
 
 def team_ids_visible_to(user: Any) -> list[int] | None:
@@ -119,15 +125,18 @@ def _sum_or_none(values: Iterable[Decimal | None]) -> Decimal | None:
 
 @dataclass
 class PeriodReport:
-    """A month as the chargeback page, its CSV and the API show it."""
+    """A month as the chargeback page, its CSV and the API show it, as of ``as_of``: the instant
+    its numbers are computed at (usage held after it does not count), or its close for a closed
+    month's frozen statement."""
 
     month: date
     start: datetime
     end: datetime
     now: datetime
-    period: Period | None  # None while open
+    period: Period | None  # None while open (or computed as of an instant before its close)
     lines: list[Line]
     adjustments: list[Adjustment]
+    as_of: datetime
     totals: Totals = field(init=False)
     adjustment_totals: Totals = field(init=False)
 
@@ -139,13 +148,40 @@ class PeriodReport:
     def closed(self) -> bool:
         return self.period is not None
 
+    @property
+    def open(self) -> bool:
+        """Under way at its as-of instant (begun, not ended, not closed): the forecast looks
+        ahead from there."""
+        return self.period is None and self.start <= self.as_of < self.end
 
-def period_report(*, month: date, now: datetime, team_ids: list[int] | None) -> PeriodReport:
-    """The month's statement: its frozen lines and adjustments once closed, else computed now
-    (and the adjustments the next close would record, if this is the first open month)."""
-    start, end = month_start(month), month_end(month)
+
+class AsOfRefused(ValueError):
+    """An ``as_of`` a statement cannot be computed at, with the reason in words."""
+
+
+def default_as_of(month: date, *, now: datetime) -> datetime:
+    """A month's statement is as of now while it is open, as of its close once closed."""
     period = Period.objects.filter(month=month).first()
-    if period is not None:
+    return period.closed_at if period is not None else now
+
+
+def period_report(
+    *,
+    month: date,
+    now: datetime,
+    team_ids: list[int] | None,
+    as_of: datetime | None = None,
+) -> PeriodReport:
+    """The month's statement as of ``as_of`` (default: now while open, its close once closed).
+    A closed month gives its frozen lines and adjustments when asked as of its close or later;
+    as of an earlier instant (or while open) it is computed, counting usage up to ``as_of``
+    only (and the adjustments the next close would record, if this is the first open month).
+    Raises ``AsOfRefused`` for an instant in the future."""
+    start, end = month_start(month), month_end(month)
+    if as_of is not None and as_of > now:
+        raise AsOfRefused(f"{format_datetime(as_of)} is in the future")
+    period = Period.objects.filter(month=month).first()
+    if period is not None and (as_of is None or as_of >= period.closed_at):
         rows = FrozenLine.objects.filter(period=period).select_related(
             "team", "gpu_class", "adjustment_for"
         )
@@ -158,14 +194,13 @@ def period_report(*, month: date, now: datetime, team_ids: list[int] | None) -> 
             for r in rows
             if r.adjustment_for is not None
         ]
-        return PeriodReport(month, start, end, now, period, lines, adjustments)
-    lines = statement(start=start, end=end, now=now, team_ids=team_ids).lines
-    latest = Period.objects.order_by("-month").first()
-    first_open = latest is None or month_end(latest.month).date() == month
-    adjustments = (
-        pending_adjustments(before=month, now=now, team_ids=team_ids) if first_open else []
-    )
-    return PeriodReport(month, start, end, now, None, lines, adjustments)
+        return PeriodReport(month, start, end, now, period, lines, adjustments, period.closed_at)
+    at = now if as_of is None else as_of
+    lines = statement(start=start, end=end, now=at, team_ids=team_ids).lines
+    latest = Period.objects.filter(closed_at__lte=at).order_by("-month").first()
+    first_open = period is None and (latest is None or month_end(latest.month).date() == month)
+    adjustments = pending_adjustments(before=month, now=at, team_ids=team_ids) if first_open else []
+    return PeriodReport(month, start, end, now, None, lines, adjustments, at)
 
 
 def _key_text(line: Line) -> tuple[str, ...]:
@@ -175,111 +210,247 @@ def _key_text(line: Line) -> tuple[str, ...]:
 # --- Around the bill: waste, forecast, trend ------------------------------------------------
 
 
+WASTE_GROUPS = ("team", "queue", "gpu_class")
+
+
 @dataclass(frozen=True)
 class Waste:
-    """GPU-hours a team lost in a period: work since the last checkpoint of its preempted jobs,
-    and everything its failed jobs held."""
+    """GPU-hours lost in a period, for one team (and queue and GPU class, when grouped so):
+
+    - ``preempted_gpu_hours``: jobs preempted by admission — from the job's last checkpoint
+      before the preemption (or its pods' start, if it reported none since) until its pods let
+      go of the GPUs, stopping grace included;
+    - ``drained_gpu_hours``: the same for jobs stopped because their node was drained;
+    - ``failed_gpu_hours``: everything jobs that failed held;
+    - ``idle_gpu_hours``: allocated but idle, from the GPU duty cycle (None: not measured —
+      no Prometheus, or no utilization series for these pods).
+
+    A preemption's loss belongs to the period it happened in. Each line is rounded once; a
+    team's sum is the sum of its rounded lines."""
 
     team: str
     preempted_gpu_hours: Decimal
     failed_gpu_hours: Decimal
+    drained_gpu_hours: Decimal = Decimal("0.000")
+    idle_gpu_hours: Decimal | None = None
+    queue: str = ""
+    gpu_class: str = ""
+
+    @property
+    def lost_gpu_hours(self) -> Decimal:
+        """Preemption, drains and failures (idle apart: the GPUs were held for the job)."""
+        return self.preempted_gpu_hours + self.drained_gpu_hours + self.failed_gpu_hours
 
 
-def waste_by_team(
-    *, start: datetime, end: datetime, now: datetime, team_ids: list[int] | None
-) -> list[Waste]:
-    preempted: dict[str, Fraction] = {}
-    events = JobEvent.objects.filter(kind="preempted", at__gte=start, at__lt=min(end, now))
+WasteKey = tuple[str, str, str]  # team, queue, GPU class
+
+
+def _stop_losses(
+    *, start: datetime, until: datetime, as_of: datetime, team_ids: list[int] | None
+) -> tuple[dict[WasteKey, Fraction], dict[WasteKey, Fraction]]:
+    """Exact GPU-hours lost to the preemptions and drains in [``start``, ``until``), by key: for
+    each pod holding GPUs when its job was told to stop, from the later of its start and the
+    job's last checkpoint before the stop, to when the pod let go (at most ``as_of``) — also
+    past ``until``: the loss belongs to the period of the stop."""
+    events = JobEvent.objects.filter(kind=EventKind.PREEMPTED, at__gte=start, at__lt=until)
     if team_ids is not None:
         events = events.filter(job__team_id__in=team_ids)
-    events_list = list(events.select_related("job__team"))
-    # A job's GPU-equivalents: its pods' devices × share, from its usage intervals.
-    shares: dict[int, Fraction] = {}
-    for job_id, devices, numerator, denominator in UsageInterval.objects.filter(
-        job_id__in={e.job_id for e in events_list}
-    ).values_list("job_id", "devices", "share_numerator", "share_denominator"):
-        shares.setdefault(job_id, Fraction(devices * numerator, denominator))
-    for event in events_list:
-        lost = Fraction(int(event.details.get("lost_work_seconds", 0) or 0), 3600)
-        job: Job = event.job
-        gpu_eq = shares.get(job.pk, Fraction(0)) * job.pods
-        preempted[job.team.name] = preempted.get(job.team.name, Fraction(0)) + lost * gpu_eq
+    stops = list(events.values_list("job_id", "at", "details"))
+    preempted: dict[WasteKey, Fraction] = {}
+    drained: dict[WasteKey, Fraction] = {}
+    if not stops:
+        return preempted, drained
+    job_ids = {job_id for job_id, _, _ in stops}
+    checkpoints: dict[int, list[datetime]] = {}
+    for job_id, at in (
+        JobEvent.objects.filter(job_id__in=job_ids, kind=EventKind.CHECKPOINT)
+        .order_by("at")
+        .values_list("job_id", "at")
+    ):
+        checkpoints.setdefault(job_id, []).append(at)
+    intervals: dict[int, list[tuple[Any, ...]]] = {}
+    for row in UsageInterval.objects.filter(job_id__in=job_ids).values_list(
+        "job_id",
+        "team__name",
+        "job__queue__name",
+        "gpu_class__name",
+        "started_at",
+        "ended_at",
+        "devices",
+        "share_numerator",
+        "share_denominator",
+    ):
+        intervals.setdefault(row[0], []).append(row[1:])
+    for job_id, at, details in stops:
+        into = drained if (details or {}).get("maintenance_nodes") else preempted
+        for (
+            team,
+            queue,
+            gpu_class,
+            started,
+            ended,
+            devices,
+            numerator,
+            denominator,
+        ) in intervals.get(job_id, []):
+            if started > at or (ended is not None and ended < at):
+                continue  # not holding GPUs when told to stop
+            saved = max([started, *(c for c in checkpoints.get(job_id, []) if c <= at)])
+            held = min(ended or as_of, as_of) - saved
+            if held <= timedelta(0):
+                continue
+            key = (team, queue, gpu_class)
+            into[key] = into.get(key, Fraction(0)) + Fraction(
+                held // timedelta(microseconds=1) * devices * numerator,
+                MICROSECONDS_PER_HOUR * denominator,
+            )
+    return preempted, drained
+
+
+def waste_lines(
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    team_ids: list[int] | None,
+    prometheus: Any | None = None,
+) -> list[Waste]:
+    """Waste in [``start``, ``end``) as of ``now``, per team, queue and GPU class (see
+    ``Waste``). With ``prometheus`` (``queues.cluster.prometheus.Prometheus``) the idle hours
+    come from the duty cycle; without it, or when it cannot be read, they are None."""
+    until = min(end, now)
+    preempted, drained = _stop_losses(start=start, until=until, as_of=now, team_ids=team_ids)
     failed = statement(
         start=start,
         end=end,
         now=now,
-        group_by=("team",),
+        group_by=("job", "gpu_class"),
         team_ids=team_ids,
         job_states=[JobState.FAILED],
     )
-    failed_by_team = {line.key["team"]: line.gpu_hours for line in failed.lines}
-    teams = sorted(set(preempted) | set(failed_by_team))
+    names = {
+        pk: (team, queue)
+        for pk, team, queue in Job.objects.filter(
+            pk__in={line.key["job"] for line in failed.lines}
+        ).values_list("pk", "team__name", "queue__name")
+    }
+    failed_hours: dict[WasteKey, Decimal] = {}
+    for line in failed.lines:
+        team, queue = names[line.key["job"]]
+        key = (team, queue, line.key["gpu_class"])
+        failed_hours[key] = failed_hours.get(key, Decimal(0)) + line.gpu_hours
+    idle: dict[WasteKey, Fraction | None] | None = None
+    if prometheus is not None and start < until:
+        idle = _idle_hours(prometheus, start=start, end=until, team_ids=team_ids)
+    measured = {key for key, hours in (idle or {}).items() if hours is not None}
+    keys = set(preempted) | set(drained) | set(failed_hours) | measured
+    zero = Decimal("0.000")
     return [
         Waste(
             team=team,
-            preempted_gpu_hours=round_hours(preempted.get(team, Fraction(0))),
-            failed_gpu_hours=failed_by_team.get(team, Decimal("0.000")),
+            queue=queue,
+            gpu_class=gpu_class,
+            preempted_gpu_hours=round_hours(preempted.get(key, Fraction(0))),
+            drained_gpu_hours=round_hours(drained.get(key, Fraction(0))),
+            failed_gpu_hours=failed_hours.get(key, zero),
+            idle_gpu_hours=_rounded_or_none((idle or {}).get(key)),
         )
-        for team in teams
+        for key in sorted(keys)
+        for team, queue, gpu_class in [key]
     ]
 
 
-@dataclass(frozen=True)
-class Forecast:
-    """A team's cost to the end of the period if its running jobs ran to their runtime limits
-    and nothing else started: a forecast, not a charge."""
+def _rounded_or_none(value: Fraction | None) -> Decimal | None:
+    return None if value is None else round_hours(value)
 
-    team: str
-    so_far: Decimal
-    running_until_limits: Decimal
-    currency: str
 
-    @property
-    def total(self) -> Decimal:
-        return self.so_far + self.running_until_limits
+def _idle_hours(
+    prometheus: Any, *, start: datetime, end: datetime, team_ids: list[int] | None
+) -> dict[WasteKey, Fraction | None] | None:
+    """Allocated-but-idle GPU-hours by key from the duty cycle (``queues.jobs.duty``), of the
+    pods Prometheus has utilization for; None for a key none of whose pods it has (not
+    measured is never shown as not idle). None when Prometheus cannot be read."""
+    try:
+        lines = duty_lines(prometheus, start=start, end=end)
+    except PrometheusUnavailable:
+        return None
+    classes = dict(
+        Job.objects.filter(pk__in={line.job_id for line in lines}).values_list(
+            "pk", "gpu_class__name"
+        )
+    )
+    allowed = (
+        None
+        if team_ids is None
+        else set(Team.objects.filter(pk__in=team_ids).values_list("name", flat=True))
+    )
+    idle: dict[WasteKey, Fraction | None] = {}
+    for line in lines:
+        if allowed is not None and line.team not in allowed:
+            continue
+        key = (line.team, line.queue, classes.get(line.job_id) or "")
+        measured = line.busy_gpu_hours + line.idle_gpu_hours
+        before = idle.get(key)
+        if measured:
+            idle[key] = (before or Fraction(0)) + Fraction(line.idle_gpu_hours)
+        else:
+            idle.setdefault(key, None)
+    return idle
+
+
+def waste_by_team(
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    team_ids: list[int] | None,
+    prometheus: Any | None = None,
+) -> list[Waste]:
+    """``waste_lines`` summed per team (see ``waste_team_sums``)."""
+    return waste_team_sums(
+        waste_lines(start=start, end=end, now=now, team_ids=team_ids, prometheus=prometheus)
+    )
+
+
+def measured_idle(rows: Iterable[Waste]) -> Decimal | None:
+    """The sum of the lines' idle hours that were measured; None when none was."""
+    measured = [w.idle_gpu_hours for w in rows if w.idle_gpu_hours is not None]
+    return sum(measured, Decimal("0.000")) if measured else None
+
+
+def waste_team_sums(lines: Iterable[Waste]) -> list[Waste]:
+    """Waste lines summed per team (queue and class empty): sums of the rounded lines; idle
+    the sum of the measured lines' (None when none is measured)."""
+    teams: dict[str, list[Waste]] = {}
+    for line in lines:
+        teams.setdefault(line.team, []).append(line)
+    zero = Decimal("0.000")
+    return [
+        Waste(
+            team=team,
+            preempted_gpu_hours=sum((w.preempted_gpu_hours for w in rows), zero),
+            drained_gpu_hours=sum((w.drained_gpu_hours for w in rows), zero),
+            failed_gpu_hours=sum((w.failed_gpu_hours for w in rows), zero),
+            idle_gpu_hours=measured_idle(rows),
+        )
+        for team, rows in sorted(teams.items())
+    ]
 
 
 def forecast_by_team(*, report: PeriodReport, team_ids: list[int] | None) -> list[Forecast]:
-    """Per team of ``report`` (an open period): its cost so far plus its open usage intervals
-    carried on from now to the earlier of their job's runtime limit and the period's end."""
-    if report.closed or report.now >= report.end:
+    """The month-end forecast per team of ``report`` while it is open at its as-of instant
+    (``chargeback.forecast``); none for a closed month."""
+    if not report.open:
         return []
     so_far: dict[str, Decimal] = {}
     currency = ""
     for line in report.lines:
         if line.cost is not None:
             so_far[line.key["team"]] = so_far.get(line.key["team"], Decimal(0)) + line.cost
-            currency = line.currency
-    cards = RateCard.objects.all().terms()
-    ahead: dict[str, Fraction] = {}
-    running = UsageInterval.objects.filter(ended_at__isnull=True).select_related(
-        "job", "team", "gpu_class"
+            currency = currency or line.currency
+    return month_forecast(
+        end=report.end, as_of=report.as_of, so_far=so_far, currency=currency, team_ids=team_ids
     )
-    if team_ids is not None:
-        running = running.filter(team_id__in=team_ids)
-    for interval in running:
-        job = interval.job
-        limit = (job.started_at or interval.started_at) + job.runtime_limit
-        for part in rate_interval(
-            start=report.now,
-            end=min(limit, report.end),
-            devices=interval.devices,
-            share=interval.share,
-            gpu_class=interval.gpu_class.name,
-            cards=cards,
-        ):
-            if part.cost is not None:
-                currency = currency or part.currency
-                ahead[interval.team.name] = ahead.get(interval.team.name, Fraction(0)) + part.cost
-    return [
-        Forecast(
-            team=team,
-            so_far=so_far.get(team, Decimal("0.00")),
-            running_until_limits=round_money(ahead.get(team, Fraction(0))),
-            currency=currency,
-        )
-        for team in sorted(set(so_far) | set(ahead))
-    ]
 
 
 def months_before(month: date, count: int) -> list[date]:
@@ -337,3 +508,48 @@ def own_usage_by_day(user: Any, *, now: datetime, days: int = OWN_USAGE_DAYS) ->
             totals[at.astimezone(UTC).date()] += held * Fraction(int(part.total_seconds()), 3600)
             at = min(end, midnight)
     return [DailyUse(day, round_hours(hours)) for day, hours in sorted(totals.items())]
+
+
+@dataclass
+class StatementView:
+    """Everything the chargeback page shows for a month as of an instant — the statement,
+    adjustments, waste, forecast, budgets and (finance) idle capacity: the page, its CSV and the
+    API all render this one object, so they agree to the cent."""
+
+    report: PeriodReport
+    waste: list[Waste]
+    forecast: list[Forecast]
+    budgets: list[BudgetStatus]
+    capacity: list[CapacitySplit] | None  # None: not the viewer's to see (finance only)
+
+
+def statement_view(
+    *,
+    user: Any,
+    month: date,
+    now: datetime,
+    as_of: datetime | None = None,
+    prometheus: Any | None = None,
+) -> StatementView:
+    """The month as ``user`` may see it, as of ``as_of`` (see ``period_report``). Raises
+    ``AsOfRefused`` for an instant the statement cannot be computed at."""
+    team_ids = team_ids_visible_to(user)
+    report = period_report(month=month, now=now, team_ids=team_ids, as_of=as_of)
+    forecast = forecast_by_team(report=report, team_ids=team_ids)
+    return StatementView(
+        report=report,
+        waste=waste_lines(
+            start=report.start,
+            end=report.end,
+            now=report.as_of,
+            team_ids=team_ids,
+            prometheus=prometheus,
+        ),
+        forecast=forecast,
+        budgets=budget_statuses(
+            month=month, lines=report.lines, forecasts=forecast, team_ids=team_ids
+        ),
+        capacity=capacity_split(start=report.start, end=report.end, now=report.as_of)
+        if is_finance(user)
+        else None,
+    )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
+from datetime import UTC, date, datetime, time
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
 from chargeback.models import FrozenLine, Period, month_end, month_start
 from chargeback.selectors import pending_adjustments
@@ -26,6 +28,27 @@ def parse_month(text: str) -> date:
     if not match or not 1 <= int(match[2]) <= 12 or not 1970 <= int(match[1]) <= 9000:
         raise ValueError(f"{text!r} is not a month: write it as YYYY-MM, e.g. 2026-11")
     return date(int(match[1]), int(match[2]), 1)
+
+
+INSTANT_EXPECTED = "expected a date (2026-11-01) or an ISO 8601 date-time"
+
+
+def parse_instant(text: str) -> datetime:
+    """A date (midnight UTC) or an ISO 8601 date-time (UTC when it names no offset), between
+    1970 and 9000; ValueError otherwise."""
+    try:
+        parsed = parse_datetime(text)
+        day = None if parsed else parse_date(text)
+    except ValueError:
+        parsed = day = None
+    if parsed is None and day is None:
+        raise ValueError(INSTANT_EXPECTED)
+    value = parsed or datetime.combine(day, time(0), tzinfo=UTC)  # type: ignore[arg-type]
+    if timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    if not datetime(1970, 1, 1, tzinfo=UTC) <= value <= datetime(9000, 1, 1, tzinfo=UTC):
+        raise ValueError(INSTANT_EXPECTED)
+    return value.astimezone(UTC)
 
 
 def next_month(month: date) -> date:

@@ -129,7 +129,8 @@ def statement(
     job_states: Sequence[str] | None = None,
 ) -> Statement:
     """The usage held in [``start``, ``end``) rated and grouped by ``group_by`` (keys of
-    DIMENSIONS), open intervals counted until ``now``; only ``team_ids``' (or ``job_ids``')
+    DIMENSIONS) as of ``now``: intervals still open then (or reported ended later) counted
+    until ``now``, nothing after it; only ``team_ids``' (or ``job_ids``')
     usage when given; only usage of jobs now in ``job_states`` when given. Lines are ordered by
     their key."""
     group_by = tuple(dict.fromkeys(group_by))
@@ -416,9 +417,12 @@ def statement_sql(
         names = ", ".join(f"%(state_{n})s" for n in range(states))
         filters.append(f"i.job_id IN (SELECT id FROM queues_job WHERE state IN ({names}))")
     held_start = f"{greatest}(i.started_at, %(ws)s)"
-    held_end = f"{least}(COALESCE(i.ended_at, %(now)s), %(we)s)"
+    # Nothing after ``now`` (the statement's as-of instant) counts, even where the interval
+    # was reported ended later: a statement as of an instant is reproducible.
+    held_until = f"{least}(COALESCE(i.ended_at, %(now)s), %(now)s)"
+    held_end = f"{least}({held_until}, %(we)s)"
     if still_open:
-        filters += ["i.ended_at IS NULL", f"{held_end} > {held_start}"]
+        filters += ["(i.ended_at IS NULL OR i.ended_at > %(now)s)", f"{held_end} > {held_start}"]
         return f"""
             SELECT DISTINCT {", ".join(keys)} FROM queues_usageinterval i
             WHERE {" AND ".join(filters)}
@@ -430,7 +434,7 @@ def statement_sql(
     sums = [f"SUM({microseconds_sql(vendor, held_start, held_end)} * i.devices)"]
     for n in range(pieces - 1):
         # (A cut lies inside the window: the window's own edges need no clipping here.)
-        before = f"{least}(COALESCE(i.ended_at, %(now)s), {cut.format(n=n)})"
+        before = f"{least}({held_until}, {cut.format(n=n)})"
         sums.append(
             f"SUM({microseconds_sql(vendor, held_start, before)} * i.devices)"
             f" FILTER (WHERE i.started_at < {cut.format(n=n)})"

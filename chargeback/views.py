@@ -16,22 +16,30 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from chargeback import charts
-from chargeback.capacity import capacity_split
-from chargeback.exports import report_csv, report_data
+from chargeback.exports import report_csv, view_data, waste_total
+from chargeback.forecast import RUN_RATE_DAYS
 from chargeback.models import month_end, month_start
 from chargeback.selectors import (
+    AsOfRefused,
     PeriodReport,
-    forecast_by_team,
     monthly_trend,
     months_before,
     own_usage_by_day,
     period_report,
+    statement_view,
     team_ids_visible_to,
-    waste_by_team,
 )
-from chargeback.services import PeriodRefused, parse_month, period_close, period_close_allowed
-from chargeback.statements import DEFAULT_GROUP_BY, statement
+from chargeback.services import (
+    PeriodRefused,
+    parse_instant,
+    parse_month,
+    period_close,
+    period_close_allowed,
+)
+from chargeback.statements import statement
+from portal.formatting import format_datetime
 from portal.roles import is_finance
+from queues.cluster.prometheus import prometheus_from_settings
 from queues.models import Job, RateCard, Team, UsageInterval
 from queues.rates import rate_interval, round_hours, round_money
 
@@ -53,6 +61,20 @@ def _bad_request(request: HttpRequest, error: str) -> HttpResponse:
     return render(request, "chargeback/error.html", {"error": error}, status=400)
 
 
+def _as_of(request: HttpRequest, now: datetime) -> tuple[datetime | None, str]:
+    """The ``as_of`` parameter (None when absent: the month's default), or an error message."""
+    text = request.GET.get("as_of", "").strip()
+    if not text:  # (the page's form sends it empty for the default)
+        return None, ""
+    try:
+        value = parse_instant(text)
+    except ValueError as exc:
+        return None, f"as_of: {exc}"
+    if value > now:
+        return None, f"as_of: {format_datetime(value)} is in the future"
+    return value, ""
+
+
 @login_required
 def report(request: HttpRequest) -> HttpResponse:
     month, error = _month(request)
@@ -61,35 +83,47 @@ def report(request: HttpRequest) -> HttpResponse:
     if request.GET.get("format", "html") not in ("html", "csv"):
         return _bad_request(request, "format: expected html or csv")
     now = timezone.now()
-    team_ids = team_ids_visible_to(request.user)
-    result = period_report(month=month, now=now, team_ids=team_ids)
-    data = report_data(
-        start=result.start,
-        end=result.end,
-        group_by=DEFAULT_GROUP_BY,
-        lines=result.lines,
-        totals=result.totals,
-        adjustments=result.adjustments,
-        adjustment_totals=result.adjustment_totals,
-        period=result.month,
-        closed=result.closed,
-    )
+    as_of, error = _as_of(request, now)
+    if error:
+        return _bad_request(request, error)
+    try:
+        view = statement_view(
+            user=request.user,
+            month=month,
+            now=now,
+            as_of=as_of,
+            prometheus=prometheus_from_settings(),
+        )
+    except AsOfRefused as exc:
+        return _bad_request(request, f"as_of: {exc}")
+    result = view.report
     if request.GET.get("format") == "csv":
-        response = HttpResponse(report_csv(data), content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="chargeback-{month:%Y-%m}.csv"'
+        response = HttpResponse(report_csv(view_data(view)), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="chargeback-{month:%Y-%m}-as-of-'
+            f'{result.as_of:%Y%m%dT%H%M%SZ}.csv"'
+        )
         return response
     finance = is_finance(request.user)
-    splits = capacity_split(start=result.start, end=result.end, now=now) if finance else []
-    trend = monthly_trend(month=month, now=now, team_ids=team_ids)
+    team_ids = team_ids_visible_to(request.user)
+    splits = view.capacity or []
+    # (The trend up to the month as of the same instant as the statement above it.)
+    trend = monthly_trend(month=month, now=result.as_of, team_ids=team_ids)
     own = [] if finance else own_usage_by_day(request.user, now=now)
     context: dict[str, Any] = {
         "title": "Chargeback" if finance else "Usage",
         "finance": finance,
         "report": result,
+        "view": view,
+        "as_of_param": format_datetime(result.as_of),
         "month": month,
         "months": list(reversed(months_before(now.date().replace(day=1), 12))),
-        "waste": waste_by_team(start=result.start, end=result.end, now=now, team_ids=team_ids),
-        "forecast": forecast_by_team(report=result, team_ids=team_ids),
+        "waste": view.waste,
+        "waste_totals": waste_total(view.waste),
+        "forecast": view.forecast,
+        "run_rate_days": RUN_RATE_DAYS,
+        "budgets": view.budgets,
+        "banners": [b for b in view.budgets if b.level],
         "capacity": splits,
         "trend": trend,
         "charts": [

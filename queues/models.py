@@ -1047,6 +1047,34 @@ class RateCardQuerySet(models.QuerySet["RateCard"]):
         ]
 
 
+class BudgetScope(models.TextChoices):
+    TEAM = "team", "team"
+    COST_CENTER = "cost_center", "cost center"
+
+
+class Budget(models.Model):
+    """A monthly budget of a team or a cost center (the policy's ``budgets`` section): every
+    month (``month`` empty), or one month, which takes precedence over the monthly one. The
+    policy apply replaces all rows when the file has the section."""
+
+    scope = models.CharField(max_length=16, choices=BudgetScope.choices)
+    name = models.CharField(max_length=64, help_text="The team's name or the cost center.")
+    month = models.DateField(null=True, blank=True, help_text="Its first day; empty: every month.")
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    currency = models.CharField(max_length=3)
+
+    class Meta:
+        ordering = ["scope", "name", "month"]
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "name", "month"], name="budget_unique"),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="budget_positive"),
+        ]
+
+    def __str__(self) -> str:
+        when = f"{self.month:%Y-%m}" if self.month else "monthly"
+        return f"{self.scope} {self.name} {when}: {self.amount} {self.currency}"
+
+
 class RateCard(models.Model):
     """Price per normalized GPU-hour from ``effective_from`` until the next card takes over.
 

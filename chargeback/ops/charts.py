@@ -176,6 +176,12 @@ def waste(rows: Sequence[Waste]) -> Figure:
         x=teams,
         y=[float(w.preempted_gpu_hours) for w in rows],
     )
+    _bar(
+        figure,
+        name="drains since checkpoint",
+        x=teams,
+        y=[float(w.drained_gpu_hours) for w in rows],
+    )
     _bar(figure, name="failed jobs", x=teams, y=[float(w.failed_gpu_hours) for w in rows])
     return figure
 

@@ -18,6 +18,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from chargeback.budgets import BudgetCollector
 from chargeback.ops.selectors import (
     STATES,
     capacity_now,
@@ -218,4 +219,5 @@ def metrics_text(*, now: datetime) -> tuple[bytes, str]:
     """The exposition and its content type."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PortalCollector(now))
+    registry.register(BudgetCollector(now))
     return generate_latest(registry), CONTENT_TYPE_LATEST

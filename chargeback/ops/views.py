@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from chargeback.capacity import capacity_split
+from chargeback.exports import waste_total
 from chargeback.ops import charts
 from chargeback.ops.metrics import metrics_text
 from chargeback.ops.selectors import (
@@ -33,7 +34,7 @@ from chargeback.ops.selectors import (
     team_usage,
     usage_half_life,
 )
-from chargeback.selectors import waste_by_team
+from chargeback.selectors import waste_lines, waste_team_sums
 from queues.cluster.prometheus import PrometheusUnavailable, prometheus_from_settings
 from queues.jobs.duty import duty_by, duty_lines
 from queues.operations.access import audit_reader_required
@@ -105,9 +106,11 @@ def last_day(request: HttpRequest) -> HttpResponse:
     loads it after itself (htmx), so neither a month of usage nor a slow Prometheus holds up
     the rest."""
     now = timezone.now()
-    waste = waste_by_team(start=now - LAST_DAY, end=now, now=now, team_ids=None)
     duty: dict[str, Any] = {"configured": False}
     prometheus = prometheus_from_settings()
+    waste = waste_lines(
+        start=now - LAST_DAY, end=now, now=now, team_ids=None, prometheus=prometheus
+    )
     if prometheus is not None:
         try:
             lines = duty_lines(prometheus, start=now - LAST_DAY, end=now)
@@ -122,12 +125,13 @@ def last_day(request: HttpRequest) -> HttpResponse:
                 "shared": any(x.shared for x in lines),
             }
     # no waste, no chart: an empty chart is a bare axis that reads as a broken page
-    figures = [("waste", charts.waste(waste))] if waste else []
+    figures = [("waste", charts.waste(waste_team_sums(waste)))] if waste else []
     if duty.get("teams") is not None:
         figures.append(("duty", charts.duty(duty["teams"])))
     context = {
         "exact": capacity_split(start=now - LAST_DAY, end=now, now=now),
         "waste": waste,
+        "waste_totals": waste_total(waste),
         "duty": duty,
         "charts": figures,
     }

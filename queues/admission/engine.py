@@ -408,11 +408,23 @@ def _finish(
     already ran longer than that is predicted to use the same share of the time it has left."""
     if ratio >= 1:
         return alloc.end
+    return predicted_end(started=started, ratio=ratio, now=now, limit_end=alloc.end)
+
+
+def predicted_end(
+    *, started: tuple[datetime, timedelta], ratio: float, now: datetime, limit_end: datetime
+) -> datetime:
+    """When a job that started at ``started[0]`` with runtime limit ``started[1]`` is predicted
+    to end if it runs ``ratio`` of its limit (``limit_end``: when the limit runs out); one that
+    already ran longer than that is predicted to use the same share of the time it has left.
+    The estimates and chargeback's forecast both use it."""
+    if ratio >= 1:
+        return limit_end
     start, limit = started
     predicted = start + limit * ratio
     if predicted > now:
         return predicted
-    return now + (alloc.end - now) * ratio
+    return now + (limit_end - now) * ratio
 
 
 # ---------------------------------------------------------------------- the pass

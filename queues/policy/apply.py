@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -19,6 +19,8 @@ from portal.formatting import display, format_datetime
 from queues.admission.capability import parse_share
 from queues.audit import AuditSource, audit_changed, audit_created, audit_members
 from queues.models import (
+    Budget,
+    BudgetScope,
     CapabilityClass,
     FairShareSettings,
     GpuClass,
@@ -42,6 +44,7 @@ from queues.policy.parse import (
     PolicyError,
     Problem,
     load_policy_text,
+    no_budgets,
     no_roles,
     parse_policy,
     peak_reserved,
@@ -343,6 +346,8 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
                     )
     if "submissions" in wanted:
         _write_submissions(current.get("submissions"), wanted["submissions"], report)
+    if "budgets" in wanted:
+        _write_budgets(current.get("budgets") or no_budgets(), wanted["budgets"], report)
     writers = {
         "gpu_classes": _write_gpu_class,
         "capability_classes": _write_capability_class,
@@ -379,6 +384,37 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
         )
         audit_created(weights)  # bulk_create fires no signals
         report.changes.append(Change("rate_cards", key, "created"))
+
+
+def _write_budgets(before: dict[str, Any], wanted: dict[str, Any], report: PolicyReport) -> None:
+    """The file's budgets replace the database's (one row per scope, name and month)."""
+    if before == wanted:
+        return
+    Budget.objects.all().delete()
+    rows: list[tuple[str, str, date | None, Decimal]] = []
+    for section, scope in (("teams", BudgetScope.TEAM), ("cost_centers", BudgetScope.COST_CENTER)):
+        for name, budget in wanted[section].items():
+            if budget["monthly"] is not None:
+                rows.append((scope, name, None, budget["monthly"]))
+            for month, amount in budget["months"].items():
+                rows.append((scope, name, parse_month_text(month), amount))
+            old = before[section].get(name)
+            if old != budget:
+                action = "created" if old is None else "changed"
+                report.changes.append(Change("budgets", f"{section}.{name}", action))
+        for name in before[section]:
+            if name not in wanted[section]:
+                report.changes.append(Change("budgets", f"{section}.{name}", "removed"))
+    Budget.objects.bulk_create(
+        Budget(scope=scope, name=name, month=month, amount=amount, currency=wanted["currency"])
+        for scope, name, month, amount in rows
+    )
+    if before["currency"] != wanted["currency"] and before["currency"]:
+        report.changes.append(Change("budgets", "currency", "changed"))
+
+
+def parse_month_text(text: str) -> date:
+    return date(int(text[:4]), int(text[5:7]), 1)
 
 
 def _by_name(model: type[Model], names: Iterable[str]) -> dict[str, Any]:

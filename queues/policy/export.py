@@ -9,6 +9,8 @@ from django.db.models import Prefetch
 
 from portal.formatting import format_datetime
 from queues.models import (
+    Budget,
+    BudgetScope,
     CapabilityClass,
     FairShareSettings,
     GpuClass,
@@ -21,7 +23,7 @@ from queues.models import (
     Team,
     TeamMembership,
 )
-from queues.policy.parse import NAMED_SECTIONS, Policy, no_roles
+from queues.policy.parse import NAMED_SECTIONS, Policy, no_budgets, no_roles
 from queues.policy.text import policy_yaml
 
 
@@ -119,6 +121,20 @@ def policy_current() -> Policy:
         }
         for card in cards
     }
+    budgets = no_budgets()
+    sections = {BudgetScope.TEAM: "teams", BudgetScope.COST_CENTER: "cost_centers"}
+    for budget in Budget.objects.order_by("scope", "name", "month"):
+        budgets["currency"] = budget.currency
+        into = budgets[sections[BudgetScope(budget.scope)]].setdefault(
+            budget.name, {"monthly": None, "months": {}}
+        )
+        if budget.month is None:
+            into["monthly"] = budget.amount
+        else:
+            into["months"][f"{budget.month:%Y-%m}"] = budget.amount
+    # Like fair_share: in the policy once it holds a budget.
+    if budgets != no_budgets():
+        policy["budgets"] = budgets
     roles = no_roles()
     for row in RoleGroups.objects.all():
         if row.role in roles:
@@ -187,6 +203,21 @@ def dump_policy(policy: Policy) -> str:
             }
             for card in policy["rate_cards"].values()
         ]
+    if "budgets" in policy:
+        document["budgets"] = {
+            "currency": policy["budgets"]["currency"],
+            **{
+                section: {
+                    name: {
+                        **({"monthly": b["monthly"]} if b["monthly"] is not None else {}),
+                        **({"months": b["months"]} if b["months"] else {}),
+                    }
+                    for name, b in policy["budgets"][section].items()
+                }
+                for section in ("teams", "cost_centers")
+                if policy["budgets"][section]
+            },
+        }
     if "roles" in policy:
         document["roles"] = {
             role: {"groups": fields["groups"]} for role, fields in policy["roles"].items()

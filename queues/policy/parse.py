@@ -51,6 +51,7 @@ SECTIONS = (
     "queues",
     "reservations",
     "rate_cards",
+    "budgets",
     "roles",
 )
 # Sections whose objects are named and may be pruned, in the order they are written.
@@ -481,6 +482,10 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
         )
     if "rate_cards" in data:
         policy["rate_cards"] = _parse_rate_cards(data, problems, set(known("gpu_classes")))
+    if "budgets" in data:
+        budgets = _parse_budgets(data["budgets"], problems, known("teams"))
+        if budgets is not None:
+            policy["budgets"] = budgets
     if "roles" in data:
         policy["roles"] = _parse_roles(data, problems)
     if problems:
@@ -1102,6 +1107,121 @@ def _parse_rate_cards(
     return dict(sorted(result.items()))
 
 
+_MONTH = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+BUDGET_DIGITS = 12
+CENT = Decimal("0.01")
+BUDGET_SCOPES = {"teams": "team", "cost_centers": "cost center"}
+
+
+def no_budgets() -> dict[str, Any]:
+    return {"currency": "", "teams": {}, "cost_centers": {}}
+
+
+def _parse_budgets(
+    raw: Any, problems: list[Problem], teams: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """``budgets``: money per month for teams and cost centers, in one currency::
+
+        budgets:
+          currency: EUR
+          teams:
+            vision: 900                                   # every month
+            nlp: {monthly: 1500, months: {2026-12: 1800}} # December's own
+          cost_centers:
+            CC-2001: {monthly: 400}
+
+    A team must be one the policy names, a cost center one of its teams'. The section replaces
+    the budgets the database holds."""
+    if raw is None:
+        return no_budgets()
+    if not isinstance(raw, dict):
+        problems.append(Problem("budgets", None, "must be a mapping"))
+        return None
+    entry = _Entry("budgets", raw, problems)
+    entry.check_fields(["currency", *BUDGET_SCOPES])
+    result = no_budgets()
+    result["currency"] = entry.get(
+        "currency",
+        _text,
+        check=lambda v: (
+            None
+            if _CURRENCY.fullmatch(v)
+            else f"{v!r} is not a three-letter currency code like EUR"
+        ),
+    )
+    centers = {str(fields.get("cost_center", "")) for fields in teams.values()} - {""}
+    for scope, word in BUDGET_SCOPES.items():
+        named = raw.get(scope)
+        if named is None:
+            continue
+        if not isinstance(named, dict):
+            entry.problem(scope, f"must be a mapping of {word} → budget")
+            continue
+        for name, value in named.items():
+            where = f"{scope}.{name}"
+            if scope == "teams" and name not in teams:
+                entry.problem(where, f"unknown team {name!r}")
+                continue
+            if scope == "cost_centers" and name not in centers:
+                entry.problem(
+                    where,
+                    f"no team has cost center {name!r} (known: {', '.join(sorted(centers))})",
+                )
+                continue
+            budget = _budget(value, where, entry)
+            if budget is not None:
+                result[scope][str(name)] = budget
+        result[scope] = dict(sorted(result[scope].items()))
+    return result
+
+
+def _budget(value: Any, where: str, entry: _Entry) -> dict[str, Any] | None:
+    """One budget: an amount (every month) or ``{monthly: …, months: {YYYY-MM: …}}``."""
+    if not isinstance(value, dict):
+        value = {"monthly": value}
+    unknown = sorted(str(k) for k in value if k not in ("monthly", "months"))
+    if unknown:
+        entry.problem(f"{where}.{unknown[0]}", "unknown field (expected one of: monthly, months)")
+        return None
+
+    def amount(raw: Any, at: str) -> Decimal | None:
+        try:
+            parsed = parse_decimal(raw, digits=BUDGET_DIGITS)
+        except ValueError as exc:
+            entry.problem(at, str(exc))
+            return None
+        if parsed != parsed.quantize(CENT):
+            entry.problem(at, f"{parsed} has more than two decimal places: give it to the cent")
+            return None
+        if parsed <= 0:
+            entry.problem(at, f"must be greater than 0 (got {parsed})")
+            return None
+        return parsed
+
+    monthly = None
+    if value.get("monthly") is not None:
+        monthly = amount(value["monthly"], f"{where}.monthly")
+        if monthly is None:
+            return None
+    months: dict[str, Decimal] = {}
+    raw_months = value.get("months") or {}
+    if not isinstance(raw_months, dict):
+        entry.problem(f"{where}.months", "must be a mapping of YYYY-MM → amount")
+        return None
+    for month, raw in raw_months.items():
+        if not isinstance(month, str) or not _MONTH.fullmatch(month):
+            entry.problem(f"{where}.months.{month}", "is not a month: write it as YYYY-MM")
+            return None
+        parsed = amount(raw, f"{where}.months.{month}")
+        if parsed is None:
+            return None
+        months[month] = parsed
+    if monthly is None and not months:
+        entry.problem(where, "required: an amount, or monthly and/or months")
+        return None
+    return {"monthly": monthly, "months": dict(sorted(months.items()))}
+
+
 # --- Writing the file ----------------------------------------------------------------------------
 
 
@@ -1137,7 +1257,7 @@ def policy_overlay(current: Policy, file_policy: Policy, *, prune: bool) -> Poli
     """The policy the database will hold once ``file_policy`` is applied over ``current``."""
     result: Policy = {section: dict(current.get(section, {})) for section in SECTIONS}
     for section, objects in file_policy.items():
-        if section == "fair_share" or (prune and section in NAMED_SECTIONS):
+        if section in ("fair_share", "budgets") or (prune and section in NAMED_SECTIONS):
             result[section] = dict(objects)
         else:
             result[section].update(objects)

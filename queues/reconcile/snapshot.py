@@ -128,11 +128,14 @@ def forecast_for(forecasts: dict[str, QueueRuntimes], key: ForecastKey) -> engin
     )
 
 
-def _runtime_history(now: datetime) -> list[tuple[str, str, str, float]]:
+def runtime_history(now: datetime) -> list[tuple[str, str, str, float]]:
+    """(queue, user, image, actual / requested runtime) of the jobs that finished in the
+    ``RUNTIME_HISTORY`` before ``now``: what ``runtime_forecasts`` learns from."""
     rows = (
         Job.objects.filter(
             state__in=(JobState.SUCCEEDED, JobState.FAILED),
             finished_at__gte=now - RUNTIME_HISTORY,
+            finished_at__lte=now,
             started_at__isnull=False,
         )
         .order_by("-finished_at")
@@ -175,7 +178,7 @@ def snapshot_build(
         Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
     )
     replicas_of = {n.name: n.time_slice_replicas for n in nodes}
-    history = runtime_forecasts(_runtime_history(now)) if forecasts else {}
+    history = runtime_forecasts(runtime_history(now)) if forecasts else {}
 
     @functools.cache
     def forecast_of(queue: str, user: str, image: str) -> engine.Forecast | None:

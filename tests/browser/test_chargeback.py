@@ -3,7 +3,7 @@ phone width."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 import pytest
@@ -154,3 +154,62 @@ def test_a_trend_of_zeros_draws_no_axis_below_zero(page, log_in, fiona, example_
     expect(chart.locator(".main-svg").first).to_be_visible()
     ticks = chart.locator(".ytick text").all_text_contents()
     assert ticks and not any(t.startswith(("-", "−")) for t in ticks), ticks
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_a_member_sees_the_budget_banner_and_the_forecast_in_parts(
+    page, log_in, screenshot, demo_member, example_policy, width
+):
+    # nlp: 8 H100s from Nov 7 16:00 to Nov 16: 7680.00 EUR of its 12000; at its run rate over
+    # the 8 whole days of usage there are (921.60 EUR a day) its forecast is 7680 + 15 × 921.60
+    # = 21504.00 (179.2 %): a banner for its members.
+    hold(
+        team="nlp",
+        gpu_class="h100-80gb",
+        devices=8,
+        start=datetime(2026, 11, 7, 16, tzinfo=UTC),
+        end=datetime(2026, 11, 16, tzinfo=UTC),
+    )
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(demo_member)
+
+    page.goto("/usage/?month=2026-11&as_of=2026-11-16T00:00:00Z")
+
+    banner = page.get_by_test_id("budget-banner")
+    expect(banner).to_have_count(1)
+    expect(banner).to_contain_text("Forecast over budget — team nlp, 2026-11: 7680.00 EUR")
+    expect(page.get_by_test_id("forecast")).to_contain_text("Running jobs to likely end")
+    expect(page.get_by_test_id("forecast")).to_contain_text("21504.00 EUR")
+    expect(page.get_by_test_id("budgets")).to_contain_text("179.2 %")
+    assert "as_of=2026-11-16T00%3A00%3A00Z" in (page.get_by_test_id("csv").get_attribute("href"))
+    _fits(page, width)
+    screenshot(f"{width} budget banner and forecast")
+
+
+def test_finance_asks_for_a_statement_as_of_an_instant(
+    page, log_in, screenshot, fiona, example_policy
+):
+    hold(
+        team="vision",
+        gpu_class="h100-80gb",
+        devices=2,
+        start=datetime(2026, 11, 10, 8, tzinfo=UTC),
+        end=datetime(2026, 11, 10, 12, tzinfo=UTC),
+    )
+    fiona.set_password(PASSWORD)
+    fiona.save(update_fields=["password"])
+    log_in(fiona, lands=r"/chargeback/$")
+    page.goto("/chargeback/?month=2026-11")
+    expect(page.get_by_test_id("total")).to_have_text("38.40 EUR")  # 2 × 4 h × 4 × 1.20
+
+    page.get_by_label("period").select_option("2026-11")
+    page.get_by_label("as of", exact=False).fill("2026-11-10T10:00:00Z")
+    page.get_by_role("button", name="Show").click()
+
+    expect(page.get_by_test_id("total")).to_have_text("19.20 EUR")  # two of the four hours
+    expect(page.get_by_test_id("status")).to_contain_text("As of")
+    assert "as_of=2026-11-10T10%3A00%3A00Z" in page.get_by_test_id("csv").get_attribute("href")
+    screenshot("as of an instant")
+
+    page.goto("/chargeback/?month=2026-11&as_of=tomorrow")
+    expect(page.get_by_text("as_of: expected a date")).to_be_visible()

@@ -27,7 +27,8 @@ def test_seeded_jobs_run_minutes_and_end_before_their_limits(example_policy):
     out = StringIO()
     call_command("seed_demo", "--jobs", stdout=out)
 
-    jobs = list(Job.objects.all())
+    # (Besides the history's finished jobs, chargeback's seed_demo_history.)
+    jobs = list(Job.objects.filter(state=JobState.PENDING))
     assert len(jobs) == len(DEMO_JOBS)
     for job in jobs:
         assert job.runtime_limit.total_seconds() <= 3600
@@ -81,3 +82,16 @@ def test_apply_policy_summary_is_one_line(db):
     call_command("apply_policy", "examples/policy.yaml", "--summary", stdout=out)
     assert out.getvalue().strip().startswith("examples/policy.yaml: ")
     assert "\n" not in out.getvalue().strip()
+
+
+def test_demo_jobs_keep_their_gpus_busy_to_varied_degrees(example_policy):
+    call_command("seed_demo", "--jobs", stdout=StringIO())
+
+    profiles = [
+        job.env.get("SIM_GPU_UTILIZATION", "") for job in Job.objects.filter(state=JobState.PENDING)
+    ]
+    # Each ends at its last step's percent: some busy, some idle-heavy.
+    last = sorted(float(p.split(",")[-1].split(":")[-1]) for p in profiles)
+    assert len(last) == len(DEMO_JOBS)
+    assert last[0] <= 10 and last[-1] >= 85
+    assert sum(1 for p in last if p < 25) >= 3

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
@@ -35,6 +36,20 @@ DEMO_JOBS: list[tuple[str, str, str, str, int, int, int, dict[str, Any]]] = [
     ("sara", "search", "inference", "inference-16gb", 1, 4, 60, {}),
     ("sam", "speech", "batch", "inference-16gb", 1, 4, 8, {}),
 ]
+# How busy each demo job keeps its GPUs (the simulated DCGM exporter's profile, by DEMO_JOBS
+# index: percent, or "<seconds since start>:<percent>,…"): some idle-heavy, some waiting on data,
+# so the duty cycle and the waste's idle hours show something real.
+DEMO_UTILIZATION = {
+    0: "0:35,120:5",  # a notebook left open
+    1: "0:92",
+    2: "0:15",
+    3: "0:60,300:20",  # waiting on data after five minutes
+    4: "0:88",
+    5: "0:12",  # big GPUs, mostly idle
+    6: "0:70",
+    7: "0:45",
+    8: "0:8",
+}
 # Of its runtime limit, the share a demo job's pods run (it ends before the limit, as real jobs do).
 RUN_SHARE = 0.8
 
@@ -50,6 +65,7 @@ def demo_request(
     minutes: int,
     run_seconds: int,
     extra: dict[str, Any],
+    utilization: str = "",
 ) -> JobRequest:
     """A demo job: its runtime limit ``minutes``, its pods running ``run_seconds`` (real)."""
     return JobRequest(
@@ -63,7 +79,10 @@ def demo_request(
         gpus_per_pod=gpus,
         runtime_limit=timedelta(minutes=minutes),
         # Simulation only: how long the simulated cluster runs the pods.
-        env={"SIM_DURATION_SECONDS": str(run_seconds)},
+        env={
+            "SIM_DURATION_SECONDS": str(run_seconds),
+            **({"SIM_GPU_UTILIZATION": utilization} if utilization else {}),
+        },
         name=f"{queue}-{capability}",
         **extra,
     )
@@ -99,6 +118,8 @@ class Command(BaseCommand):
         admin.save(update_fields=["password", "is_staff", "is_superuser"])
 
         if jobs and not Job.objects.exists():
+            # Three closed months first (chargeback's command: this app does not import it).
+            call_command("seed_demo_history", stdout=self.stdout)
             self.submit_demo_jobs()
         teams = ", ".join(Team.objects.filter(members=member).values_list("name", flat=True))
         self.stdout.write(
@@ -112,7 +133,9 @@ class Command(BaseCommand):
 
     def submit_demo_jobs(self) -> None:
         users = get_user_model().objects
-        for username, team, queue, capability, pods, gpus, minutes, extra in DEMO_JOBS:
+        for index, (username, team, queue, capability, pods, gpus, minutes, extra) in enumerate(
+            DEMO_JOBS
+        ):
             request = demo_request(
                 user=users.get(username=username),
                 team=team,
@@ -123,6 +146,7 @@ class Command(BaseCommand):
                 minutes=minutes,
                 run_seconds=int(minutes * 60 * RUN_SHARE),
                 extra=extra,
+                utilization=DEMO_UTILIZATION.get(index, ""),
             )
             job_submit(request=request)
         self.stdout.write(f"submitted {len(DEMO_JOBS)} demo jobs")

@@ -13,10 +13,11 @@ import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
 
+from chargeback.selectors import waste_lines
 from queues.cluster.adapter import Cluster
 from queues.cluster.prometheus import Prometheus, PrometheusUnavailable, gpu_util_query
 from queues.jobs.duty import duty_by, duty_lines
-from queues.models import CapabilityClass, Queue, Team
+from queues.models import CapabilityClass, JobEvent, Queue, Team
 from queues.reconcile.cycle import reconcile_cycle
 from tests.chargeback.helpers import hold
 from tests.factories import JobFactory
@@ -135,3 +136,36 @@ def test_a_job_page_shows_its_own_duty_cycle(sim_cluster_factory, example_policy
     assert '<dd data-testid="duty-busy">0.250 GPU-h</dd>' in html
     assert '<dd data-testid="duty-idle">0.750 GPU-h</dd>' in html
     cluster.close()
+
+
+def test_the_waste_counts_allocated_but_idle_hours_per_team_queue_and_class(
+    sim_cluster, cluster, mia
+):
+    # Two GPUs for an hour at 80 % then 20 %: 1 of 2 GPU-hours idle (vision, batch). One GPU
+    # for an hour at 10 %: 0.9 idle (nlp, batch).
+    first = submit(mia, utilization="0:80,1800:20", seconds=3600, gpus=2)
+    second = submit(mia, utilization="10", seconds=3600, team="nlp")
+    run_jobs(sim_cluster, cluster, [first, second], 3600)
+    start = first.started_at - timedelta(minutes=5)
+    end = sim_cluster.now()
+    # A pod Prometheus has no series for, preempted after 30 minutes: its loss counts, its idle
+    # is not measured (never shown as 0); another with nothing lost is no line at all.
+    speech = JobFactory(team=Team.objects.get(name="speech"), queue=Queue.objects.get(name="batch"))
+    hold(team="speech", gpu_class="l4", job=speech, start=start, end=start + timedelta(minutes=30))
+    JobEvent.objects.create(job=speech, at=start + timedelta(minutes=30), kind="preempted")
+    hold(team="search", gpu_class="l4", start=start, end=start + timedelta(minutes=30))
+
+    lines = waste_lines(
+        start=start,
+        end=end,
+        now=end,
+        team_ids=None,
+        prometheus=Prometheus(f"{sim_cluster.url}/prometheus"),
+    )
+
+    assert [(w.team, w.queue, w.gpu_class, w.idle_gpu_hours) for w in lines] == [
+        ("nlp", "batch", second.gpu_class.name, D("0.900")),
+        ("speech", "batch", "l4", None),
+        ("vision", "batch", first.gpu_class.name, D("1.000")),
+    ]
+    assert [w.lost_gpu_hours for w in lines] == [D(0), D("0.500"), D(0)]

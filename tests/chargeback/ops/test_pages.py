@@ -52,7 +52,7 @@ def test_the_nav_links_it_for_staff_and_finance_only(example_policy, ada, fiona,
 
 
 def test_waste_of_a_preempted_job(example_policy, ada):
-    # Preempted an hour ago, 45 minutes after its last checkpoint, holding 4 GPUs:
+    # Preempted an hour ago, 45 minutes after its last checkpoint, holding 4 GPUs until then:
     # 0.75 h × 4 = 3 GPU-hours lost.
     now = timezone.now()
     nlp = Team.objects.get(name="nlp")
@@ -65,16 +65,18 @@ def test_waste_of_a_preempted_job(example_policy, ada):
         start=now - timedelta(hours=3),
         end=now - timedelta(hours=1),
     )
-    JobEvent.objects.create(
-        job=job, at=now - timedelta(hours=1), kind="preempted", details={"lost_work_seconds": 2700}
-    )
+    JobEvent.objects.create(job=job, at=now - timedelta(minutes=105), kind="checkpoint")
+    JobEvent.objects.create(job=job, at=now - timedelta(hours=1), kind="preempted")
 
     page = client_for(ada).get("/ops/").content.decode()
     html = client_for(ada).get("/ops/last-day").content.decode()
 
     assert 'hx-get="/ops/last-day"' in page  # the page loads its last 24 hours after itself
     waste = html[html.index('data-testid="waste"') :]
-    assert '<td>nlp</td><td class="num">3.000</td><td class="num">0.000</td>' in waste
+    assert (
+        f'<td>nlp</td><td>{job.queue.name}</td><td>h100-80gb</td><td class="num">3.000</td>'
+        '<td class="num">0.000</td><td class="num">0.000</td>' in waste
+    )
 
 
 def test_the_page_shows_what_the_reconcile_saw(sim_cluster, example_policy, ada, mia):
