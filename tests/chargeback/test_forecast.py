@@ -95,12 +95,13 @@ def test_a_running_job_is_carried_to_its_likely_end(speech_job, sam):
     assert forecast.low <= forecast.total <= forecast.high
 
 
-def test_without_history_a_running_job_runs_to_its_limit_or_the_months_end(speech_job):
-    # No finished jobs to learn from: the runtime limit, 18:00 + 24 h = Nov 16 18:00: 18 more
-    # hours, 21.60 EUR. As of Nov 16 12:00, 6 hours are left: 7.20 EUR; past its limit (as of
-    # Nov 20, still shown held), nothing: the limit stops it.
-    assert _forecast()["speech"].running == D("21.60")
-    assert _forecast(as_of=datetime(2026, 11, 16, 12, tzinfo=UTC))["speech"].running == D("7.20")
+def test_without_history_a_running_job_runs_as_the_default_prior_says(speech_job):
+    # No finished jobs to learn from: the estimates' default prior, 0.7 of its 24 h limit from
+    # 18:00: Nov 16 10:48, 10.8 more hours, 12.96 EUR. As of Nov 16 12:00 it has run past that:
+    # 0.7 of the 6 hours its limit leaves, 4.2 h, 5.04 EUR; past its limit (as of Nov 20, still
+    # shown held), nothing: the limit stops it.
+    assert _forecast()["speech"].running == D("12.96")
+    assert _forecast(as_of=datetime(2026, 11, 16, 12, tzinfo=UTC))["speech"].running == D("5.04")
     assert _forecast(as_of=datetime(2026, 11, 20, tzinfo=UTC))["speech"].running == D("0.00")
 
 
