@@ -19,6 +19,7 @@ from queues.admission.plan import (
     PendingStatus,
     Plan,
     Preemption,
+    bound_kept,
     gpu_eq_json,
 )
 from queues.admission.probes import PROBE_USER, default_probe
@@ -77,6 +78,7 @@ __all__ = [
     "TopologyScope",
     "default_probe",
     "explain",
+    "bound_kept",
     "gpu_eq_json",
     "keeps_the_ask",
     "mig_profile_memory_gb",

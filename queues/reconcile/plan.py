@@ -150,7 +150,7 @@ def pending_reasons_store(
         estimate = status.estimated_start
         values = (
             reasons,
-            estimate.at,
+            engine.bound_kept(stored[1], estimate.at, now),
             estimate.likely,
             estimate.range_low,
             estimate.range_high,

@@ -55,3 +55,43 @@ def test_it_writes_every_waiting_jobs_values_and_leaves_a_job_that_left_the_queu
     # One statement on PostgreSQL, one statement run for every row elsewhere (SQLite).
     updates = [q for q in captured if "UPDATE" in q["sql"]]
     assert len(updates) == 1
+
+
+def test_a_waiting_jobs_bound_is_stored_kept_never_earlier_while_ahead(mia):
+    from datetime import timedelta
+
+    from queues import admission as engine
+    from queues.reconcile.plan import pending_reasons_store
+
+    job = waiting(mia, "kept")
+    now = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
+    reason = engine.PendingReason(engine.ReasonCode.INSUFFICIENT_CAPACITY, "needs 8; 0 free")
+
+    def store(at: datetime, when: datetime) -> datetime | None:
+        status = engine.PendingStatus(
+            job_id=job.pk,
+            reasons=(reason,),
+            estimated_start=engine.EstimatedStart(at=at, likely=at - timedelta(minutes=5)),
+            position=1,
+            queue_length=1,
+        )
+        pending_reasons_store(
+            engine.Plan(now=when, admissions=(), preemptions=(), pending=(status,)), now=when
+        )
+        job.refresh_from_db()
+        return job.estimated_start
+
+    assert store(now + timedelta(minutes=40), now) == now + timedelta(minutes=40)
+    # jobs ended early: the plan's bound is earlier, the one shown is kept; likely moves
+    assert store(now + timedelta(minutes=25), now + timedelta(minutes=1)) == (
+        now + timedelta(minutes=40)
+    )
+    assert job.likely_start == now + timedelta(minutes=20)
+    # later is shown at once
+    assert store(now + timedelta(minutes=50), now + timedelta(minutes=2)) == (
+        now + timedelta(minutes=50)
+    )
+    # once the bound shown has passed, the plan's own
+    assert store(now + timedelta(minutes=55), now + timedelta(minutes=51)) == (
+        now + timedelta(minutes=55)
+    )
