@@ -112,7 +112,7 @@ class EstimatedStart:
 
 
 def bound_kept(shown: datetime | None, new: datetime | None, now: datetime) -> datetime | None:
-    """"At the latest" as a member is shown it across plans: never earlier than the bound she
+    """ "At the latest" as a member is shown it across plans: never earlier than the bound she
     was shown while that is still ahead. Each plan's bound assumes every job runs to its limit;
     when jobs end early a new plan finds an earlier one, but with backfill an early end can also
     let a gang ahead start sooner and push this job back, past that earlier bound (measured on
