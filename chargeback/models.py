@@ -81,3 +81,36 @@ class FrozenLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.period}: {self.team_id} {self.cost_center} {self.gpu_class_id}"
+
+
+class Reopening(models.Model):
+    """A closed month an admin reopened, with why, and its statement as it had been frozen (so
+    what reopening changed can be shown against it, and nothing frozen is lost). Never deleted."""
+
+    month = models.DateField(db_index=True)
+    closed_at = models.DateTimeField(help_text="When the month had been closed.")
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty when the scheduled close had done it.",
+    )
+    reopened_at = models.DateTimeField()
+    reopened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    reason = models.TextField()
+    frozen = models.JSONField(
+        default=list,
+        help_text="The frozen lines (statement and adjustments), as they were: team, "
+        "cost_center, gpu_class, sharing_mode, adjustment_for (YYYY-MM or null), currency, "
+        "device_hours, gpu_hours, normalized_gpu_hours, cost.",
+    )
+
+    class Meta:
+        ordering = ["-reopened_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} reopened {self.reopened_at:%Y-%m-%d %H:%M}"

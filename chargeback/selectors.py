@@ -13,7 +13,7 @@ from typing import Any
 from chargeback.budgets import BudgetStatus, budget_statuses
 from chargeback.capacity import CapacitySplit, capacity_split
 from chargeback.forecast import Forecast, month_forecast
-from chargeback.models import FrozenLine, Period, month_end, month_start
+from chargeback.models import FrozenLine, Period, Reopening, month_end, month_start
 from chargeback.statements import DEFAULT_GROUP_BY, Line, Totals, statement
 from portal.formatting import format_datetime
 from portal.roles import is_finance
@@ -553,3 +553,79 @@ def statement_view(
         if is_finance(user)
         else None,
     )
+
+
+@dataclass(frozen=True)
+class LineChange:
+    """One statement line whose numbers differ from what had been frozen before a reopening."""
+
+    team: str
+    cost_center: str
+    gpu_class: str
+    sharing_mode: str
+    currency: str
+    gpu_hours_before: Decimal
+    gpu_hours_after: Decimal
+    cost_before: Decimal | None
+    cost_after: Decimal | None
+
+    @property
+    def cost_change(self) -> Decimal | None:
+        if self.cost_before is None and self.cost_after is None:
+            return None
+        return (self.cost_after or Decimal(0)) - (self.cost_before or Decimal(0))
+
+
+@dataclass(frozen=True)
+class ReopenedMonth:
+    """A reopening of a month and what the month's statement (as shown now: computed while open,
+    frozen again once closed) changes against what had been frozen before it."""
+
+    reopening: Reopening
+    changes: list[LineChange]
+    cost_before: dict[str, Decimal]
+    cost_after: dict[str, Decimal]
+
+
+def month_reopenings(report: PeriodReport) -> list[ReopenedMonth]:
+    """Each reopening of ``report``'s month, latest first, with the statement lines that differ
+    from what had been frozen (the month's own lines; adjustments of earlier months are
+    recorded again when it closes again)."""
+    result = []
+    for reopening in Reopening.objects.filter(month=report.month).select_related(
+        "reopened_by", "closed_by"
+    ):
+        before = {_line_key(row): row for row in reopening.frozen if row["adjustment_for"] is None}
+        after = {_line_key(line.key): line for line in report.lines}
+        changes = []
+        for key in sorted(before.keys() | after.keys()):
+            old, new = before.get(key), after.get(key)
+            change = LineChange(
+                *key,
+                currency=new.currency if new is not None else old["currency"],
+                gpu_hours_before=Decimal(old["gpu_hours"]) if old else Decimal(0),
+                gpu_hours_after=new.gpu_hours if new else Decimal(0),
+                cost_before=Decimal(old["cost"]) if old and old["cost"] is not None else None,
+                cost_after=new.cost if new else None,
+            )
+            if (change.gpu_hours_before, change.cost_before) != (
+                change.gpu_hours_after,
+                change.cost_after,
+            ):
+                changes.append(change)
+        cost_before: dict[str, Decimal] = {}
+        for row in before.values():
+            if row["cost"] is not None:
+                currency = row["currency"]
+                cost_before[currency] = cost_before.get(currency, Decimal(0)) + Decimal(row["cost"])
+        result.append(ReopenedMonth(reopening, changes, cost_before, dict(report.totals.cost)))
+    return result
+
+
+def _line_key(key: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (key["team"], key["cost_center"], key["gpu_class"], key["sharing_mode"])
+
+
+def latest_closed_month() -> date | None:
+    """The month a reopening may undo (periods close, and reopen, in order)."""
+    return Period.objects.order_by("-month").values_list("month", flat=True).first()

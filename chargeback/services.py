@@ -10,9 +10,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from chargeback.models import FrozenLine, Period, month_end, month_start
+from chargeback.models import FrozenLine, Period, Reopening, month_end, month_start
 from chargeback.selectors import pending_adjustments
 from chargeback.statements import Line, statement
+from queues.audit import audit_action
 from queues.models import GpuClass, Team
 
 MONTH = re.compile(r"^(\d{4})-(\d{2})$")
@@ -100,6 +101,66 @@ def period_close_allowed(*, month: date, now: datetime) -> None:
             else f"periods close in order: {month:%Y-%m} comes before {latest.month:%Y-%m}, "
             f"which is closed already"
         )
+
+
+def period_reopen(*, month: date, by: Any, reason: str, now: datetime) -> Reopening:
+    """Reopen closed ``month`` (only the latest closed: periods close, and so reopen, in order):
+    its frozen lines move, as they were, into a ``Reopening`` with the admin's reason, audited;
+    the month is then computed again like any month not closed, shown against what had been
+    frozen, until it is closed again. Refuses without a reason, or a month not closed."""
+    month = month.replace(day=1)
+    reason = reason.strip()
+    if not reason:
+        raise PeriodRefused("reason: say why the month is reopened — finance reads it")
+    with transaction.atomic():
+        period = Period.objects.select_for_update().filter(month=month).first()
+        if period is None:
+            raise PeriodRefused(f"{month:%Y-%m} is not closed: there is nothing to reopen")
+        later = Period.objects.filter(month__gt=month).order_by("-month").first()
+        if later is not None:
+            raise PeriodRefused(
+                f"periods reopen from the latest closed: reopen {later.month:%Y-%m} first"
+            )
+        lines = list(period.lines.select_related("team", "gpu_class", "adjustment_for"))
+        reopening = Reopening.objects.create(
+            month=month,
+            closed_at=period.closed_at,
+            closed_by=period.closed_by,
+            reopened_at=now,
+            reopened_by=by,
+            reason=reason,
+            frozen=[_frozen_json(line) for line in lines],
+        )
+        FrozenLine.objects.filter(period=period).delete()
+        period.delete()
+        audit_action(
+            reopening,
+            what="reopened month",
+            changes={
+                "month": (f"{month:%Y-%m} closed {period.closed_at:%Y-%m-%d %H:%M} UTC", "open"),
+                "reason": (None, reason),
+            },
+            actor=by,
+        )
+    return reopening
+
+
+def _frozen_json(line: FrozenLine) -> dict[str, Any]:
+    def text(value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    return {
+        "team": line.team.name,
+        "cost_center": line.cost_center,
+        "gpu_class": line.gpu_class.name,
+        "sharing_mode": line.sharing_mode,
+        "adjustment_for": f"{line.adjustment_for.month:%Y-%m}" if line.adjustment_for else None,
+        "currency": line.currency,
+        "device_hours": text(line.device_hours),
+        "gpu_hours": text(line.gpu_hours),
+        "normalized_gpu_hours": text(line.normalized_gpu_hours),
+        "cost": text(line.cost),
+    }
 
 
 def _frozen(

@@ -6,6 +6,7 @@ app_name = "chargeback"
 urlpatterns = [
     path("", views.report, name="report"),
     path("close", views.close, name="close"),
+    path("reopen", views.reopen, name="reopen"),
     path("teams/<str:name>/", views.team, name="team"),
     path("jobs/<int:job_id>/", views.job, name="job"),
 ]

@@ -14,6 +14,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from chargeback import charts
 from chargeback.exports import report_csv, view_data, waste_total
@@ -22,6 +23,8 @@ from chargeback.models import month_end, month_start
 from chargeback.selectors import (
     AsOfRefused,
     PeriodReport,
+    latest_closed_month,
+    month_reopenings,
     monthly_trend,
     months_before,
     own_usage_by_day,
@@ -35,10 +38,11 @@ from chargeback.services import (
     parse_month,
     period_close,
     period_close_allowed,
+    period_reopen,
 )
 from chargeback.statements import statement
-from portal.formatting import format_datetime
-from portal.roles import is_finance
+from portal.formatting import HIDDEN_CHARACTERS, format_datetime, has_hidden_characters
+from portal.roles import is_admin, is_finance
 from queues.cluster.prometheus import prometheus_from_settings
 from queues.models import Job, RateCard, Team, UsageInterval
 from queues.rates import rate_interval, round_hours, round_money
@@ -135,8 +139,43 @@ def report(request: HttpRequest) -> HttpResponse:
         "own_usage": own,
         "own_total": sum((d.gpu_hours for d in own), Decimal(0)),
         "may_close": finance and not result.closed and result.end <= now,
+        # the latest closed month may be reopened by an admin, with a reason
+        "may_reopen": is_admin(request.user)
+        and result.closed
+        and result.period is not None
+        and result.period.month == latest_closed_month(),
+        "reopenings": month_reopenings(result) if finance or is_admin(request.user) else [],
     }
     return render(request, "chargeback/report.html", context)
+
+
+@login_required
+@require_POST
+def reopen(request: HttpRequest) -> HttpResponse:
+    """An admin reopens the latest closed month with a reason (audited): its frozen statement is
+    kept with the reopening, and the month is computed again until it is closed again."""
+    if not is_admin(request.user):
+        raise Http404
+    try:
+        month = parse_month(request.POST.get("month", ""))
+    except ValueError as exc:
+        messages.error(request, f"Not reopened: month: {exc}")
+        return redirect("/chargeback/")
+    reason = request.POST.get("reason", "")
+    if has_hidden_characters(reason, line_breaks=True):
+        messages.error(request, f"Not reopened: reason: {HIDDEN_CHARACTERS}")
+    else:
+        try:
+            period_reopen(month=month, by=request.user, reason=reason[:4000], now=timezone.now())
+        except PeriodRefused as exc:
+            messages.error(request, f"Not reopened: {exc}")
+        else:
+            messages.success(
+                request,
+                f"Reopened {month:%Y-%m}: its statement is computed again until it is closed "
+                "again; what had been frozen is kept below.",
+            )
+    return redirect(f"/chargeback/?month={month:%Y-%m}")
 
 
 @login_required

@@ -189,14 +189,18 @@ def audit_members(obj: Model, *, field: str, added: list[str], removed: list[str
             )
 
 
-def audit_action(obj: Model, *, what: str, changes: Mapping[str, tuple[Any, Any]]) -> None:
-    """Record an action on an object the audit does not track by signals (a node's drain)."""
+def audit_action(
+    obj: Model, *, what: str, changes: Mapping[str, tuple[Any, Any]], actor: Any = None
+) -> None:
+    """Record an action on an object the audit does not track by signals (a node's drain);
+    ``actor`` names who did it where no request does (a service called from a command)."""
     LogEntry.objects.log_create(
         obj,
         force_log=True,
         action=LogEntry.Action.UPDATE,
         changes=_changed(changes),
         additional_data={"action": what},
+        **({"actor": actor} if actor is not None else {}),
     )
 
 

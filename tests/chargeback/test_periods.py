@@ -125,3 +125,99 @@ def test_beat_closes_last_month_once_the_grace_has_passed(example_policy, settin
 
     assert close_previous_period() == f"closed {previous:%Y-%m}"
     assert close_previous_period() == f"{previous:%Y-%m} closed already"
+
+
+def test_an_admin_reopens_the_latest_closed_month_with_a_reason_audited(
+    example_policy, ada, client
+):
+    from auditlog.models import LogEntry
+
+    from chargeback.models import Reopening
+    from chargeback.services import period_reopen
+
+    # 1 L4 for 10 h in November: 12.00 EUR, closed Dec 15.
+    hold(
+        team="vision",
+        gpu_class="l4",
+        start=datetime(2026, 11, 2, tzinfo=UTC),
+        end=datetime(2026, 11, 2, 10, tzinfo=UTC),
+    )
+    period_close(month=date(2026, 10, 1), by=None, now=DEC_15)
+    period_close(month=date(2026, 11, 1), by=None, now=DEC_15)
+
+    with pytest.raises(PeriodRefused, match="reason: say why the month is reopened"):
+        period_reopen(month=date(2026, 11, 1), by=ada, reason="  ", now=DEC_15)
+    with pytest.raises(PeriodRefused, match="reopen 2026-11 first"):
+        period_reopen(month=date(2026, 10, 1), by=ada, reason="x", now=DEC_15)
+    with pytest.raises(PeriodRefused, match="2026-12 is not closed"):
+        period_reopen(month=date(2026, 12, 1), by=ada, reason="x", now=DEC_15)
+    assert Period.objects.count() == 2 and not Reopening.objects.exists()
+
+    reopening = period_reopen(
+        month=date(2026, 11, 1), by=ada, reason="Rate card typo fixed", now=DEC_15
+    )
+
+    assert not Period.objects.filter(month=date(2026, 11, 1)).exists()
+    assert reopening.frozen == [
+        {
+            "team": "vision",
+            "cost_center": reopening.frozen[0]["cost_center"],
+            "gpu_class": "l4",
+            "sharing_mode": "exclusive",
+            "adjustment_for": None,
+            "currency": "EUR",
+            "device_hours": "10.000",
+            "gpu_hours": "10.000",
+            "normalized_gpu_hours": "10.000",
+            "cost": "12.00",
+        }
+    ]
+    (entry,) = LogEntry.objects.get_for_object(reopening)
+    assert (entry.actor, entry.changes_dict["reason"]) == (ada, [None, "Rate card typo fixed"])
+    # Usage reported now counts in November itself (it is open), not as an adjustment.
+    hold(
+        team="nlp",
+        gpu_class="l4",
+        start=datetime(2026, 11, 20, tzinfo=UTC),
+        end=datetime(2026, 11, 20, 5, tzinfo=UTC),
+    )
+    november = period_report(month=date(2026, 11, 1), now=DEC_15, team_ids=None)
+    assert not november.closed and november.totals.cost == {"EUR": D("18.00")}
+    assert period_report(month=date(2026, 12, 1), now=DEC_15, team_ids=None).adjustments == []
+
+    # Finance sees the reopening, its reason and what it changes; closed again, it shows both.
+    period_close(month=date(2026, 11, 1), by=None, now=DEC_15 + timedelta(hours=1))
+    client.force_login(ada)
+    page = client.get("/chargeback/", {"month": "2026-11"}).content.decode()
+    assert "Rate card typo fixed" in page
+    assert "Frozen then: 12.00 EUR; closed again: 18.00 EUR." in page
+    assert "<td>nlp</td><td>" in page and "+6.00 EUR" in page
+
+
+def test_reopening_is_an_admins_and_says_why_it_is_refused(example_policy, ada, fiona, client):
+    period_close(month=date(2026, 11, 1), by=None, now=DEC_15)
+    client.force_login(fiona)
+    assert client.post("/chargeback/reopen", {"month": "2026-11", "reason": "x"}).status_code == 404
+    assert 'data-testid="reopen"' not in client.get("/chargeback/?month=2026-11").content.decode()
+    client.force_login(ada)
+    assert 'data-testid="reopen"' in client.get("/chargeback/?month=2026-11").content.decode()
+
+    response = client.post("/chargeback/reopen", {"month": "2026-11", "reason": ""}, follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        "Not reopened: reason: say why the month is reopened — finance reads it"
+    ]
+    response = client.post("/chargeback/reopen", {"month": "2026-13", "reason": "x"}, follow=True)
+    assert [str(m) for m in response.context["messages"]] == [
+        "Not reopened: month: '2026-13' is not a month: write it as YYYY-MM, e.g. 2026-11"
+    ]
+    response = client.post(
+        "/chargeback/reopen", {"month": "2026-11", "reason": "bad\u202eevil"}, follow=True
+    )
+    assert str(next(iter(response.context["messages"]))).startswith("Not reopened: reason: ")
+    assert Period.objects.filter(month=date(2026, 11, 1)).exists()
+
+    response = client.post(
+        "/chargeback/reopen", {"month": "2026-11", "reason": "late pods"}, follow=True
+    )
+    assert not Period.objects.exists()
+    assert str(next(iter(response.context["messages"]))).startswith("Reopened 2026-11")
