@@ -602,7 +602,7 @@ def month_reopenings(report: PeriodReport) -> list[ReopenedMonth]:
             old, new = before.get(key), after.get(key)
             change = LineChange(
                 *key,
-                currency=new.currency if new is not None else old["currency"],
+                currency=new.currency if new is not None else (old or {}).get("currency", ""),
                 gpu_hours_before=Decimal(old["gpu_hours"]) if old else Decimal(0),
                 gpu_hours_after=new.gpu_hours if new else Decimal(0),
                 cost_before=Decimal(old["cost"]) if old and old["cost"] is not None else None,
