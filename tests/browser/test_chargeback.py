@@ -128,6 +128,40 @@ def test_finance_closes_last_month_after_seeing_what_is_frozen(
     expect(page.get_by_test_id("status")).to_contain_text("Closed")
 
 
+@pytest.mark.parametrize("width", [390, 1400])
+def test_an_admin_reopens_a_closed_month_and_finance_sees_why_and_what_changed(
+    page, log_in, screenshot, ada, example_policy, width
+):
+    from chargeback.services import period_close
+
+    first = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    last_month = (first - timedelta(days=1)).replace(day=1)
+    hold(team="vision", gpu_class="l4", start=last_month, end=last_month + timedelta(hours=10))
+    period_close(month=last_month.date(), by=None, now=timezone.now())
+    # reported late: 5 more L4 hours of the month
+    hold(team="nlp", gpu_class="l4", start=last_month, end=last_month + timedelta(hours=5))
+    ada.set_password(PASSWORD)
+    ada.save(update_fields=["password"])
+    page.set_viewport_size({"width": width, "height": 900})
+    log_in(ada, lands=r"/manage/quotas/$")
+    page.goto(f"/chargeback/?month={last_month:%Y-%m}")
+
+    page.get_by_test_id("reopen").locator("summary").click()
+    page.fill("#id_reopen_reason", "nlp's pods were reported after the close")
+    page.get_by_role("button", name=f"Reopen {last_month:%B %Y}").click()
+
+    expect(page.get_by_test_id("reopen-reason")).to_have_text(
+        "nlp's pods were reported after the close"
+    )
+    expect(page.get_by_test_id("reopening")).to_contain_text(
+        "Frozen then: 12.00 EUR; now: 18.00 EUR."
+    )
+    expect(page.get_by_test_id("reopen-changes")).to_contain_text("+6.00 EUR")
+    expect(page.get_by_test_id("close")).to_be_visible()
+    screenshot(f"{width} reopened")
+    _fits(page, width)
+
+
 def test_a_chart_of_a_month_nobody_used_says_so_instead_of_drawing_bare_axes(
     page, log_in, screenshot, fiona, example_policy
 ):
