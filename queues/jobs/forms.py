@@ -18,6 +18,7 @@ from portal.formatting import (
     parse_duration,
     parse_memory_mib,
 )
+from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.jobs.requests import (
@@ -193,14 +194,14 @@ class JobForm(forms.Form):
     cpu_millicores_per_pod = AmountField(
         parse=parse_cpu_millicores,
         show=format_cpu,
-        initial=4000,
+        initial=DEFAULT_POD_CPU_MILLICORES,
         label="CPU per pod",
         help_text="Cores (4, 0.5) or millicores (500m).",
     )
     memory_mib_per_pod = AmountField(
         parse=parse_memory_mib,
         show=format_memory,
-        initial=32768,
+        initial=DEFAULT_POD_MEMORY_MIB,
         label="Memory per pod",
         help_text="GiB (32 GiB, or just 32) or MiB (512 MiB).",
     )

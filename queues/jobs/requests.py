@@ -28,6 +28,7 @@ from portal.formatting import HIDDEN_CHARACTERS, display, format_duration, has_h
 from portal.masking import MASK, looks_secret, shown_env
 from queues.admission.asks import pods_held
 from queues.admission.never import user_limit_problem
+from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
 from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.models import (
@@ -109,8 +110,8 @@ class JobRequest:
     priority: int | None = None
     checkpoint_interval: timedelta | None = None
     declared_gpu_memory_gb: int | None = None
-    cpu_millicores_per_pod: int = 1000
-    memory_mib_per_pod: int = 4096
+    cpu_millicores_per_pod: int = DEFAULT_POD_CPU_MILLICORES
+    memory_mib_per_pod: int = DEFAULT_POD_MEMORY_MIB
     name: str = ""
     syntax: Syntax = Syntax.API  # not a field of the job: how its messages quote it
 

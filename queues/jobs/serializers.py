@@ -20,6 +20,7 @@ from rest_framework import serializers
 from portal.formatting import format_duration, is_ascii_number_text, parse_duration
 from portal.masking import MASK, shown_env
 from queues.admission.reasons import ReasonCode
+from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
 from queues.catalog.serializers import DurationText
 from queues.cluster.secrets import SecretKeyRef
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
@@ -215,8 +216,8 @@ class JobSubmitSerializer(serializers.Serializer):
         default=1,
         help_text="Devices per pod: whole GPUs, MIG slices or time-slice replicas.",
     )
-    cpu_millicores_per_pod = _whole_number(required=False, default=1000)
-    memory_mib_per_pod = _whole_number(required=False, default=4096)
+    cpu_millicores_per_pod = _whole_number(required=False, default=DEFAULT_POD_CPU_MILLICORES)
+    memory_mib_per_pod = _whole_number(required=False, default=DEFAULT_POD_MEMORY_MIB)
     declared_gpu_memory_gb = _whole_number(
         required=False,
         allow_null=True,

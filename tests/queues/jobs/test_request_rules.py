@@ -358,3 +358,27 @@ def test_a_capability_class_no_node_offers_is_refused_under_capability_class(
     assert (api.status_code, api.json()) == (400, expected)
     assert page.context["form"].errors == expected
     assert Job.objects.count() == 0
+
+
+def test_a_pods_default_size_is_one_for_the_api_the_form_and_the_request():
+    """The form pre-fills what the API assumes when a field is left out (the tester saw 4 cores
+    and 32 GiB on the form against 1 core and 4 GiB through the API)."""
+    from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
+    from queues.jobs.forms import JobForm
+    from queues.jobs.requests import JobRequest
+
+    fields = JobSubmitSerializer().fields
+    form = JobForm.base_fields
+    import dataclasses
+
+    request_fields = {f.name: f.default for f in dataclasses.fields(JobRequest)}
+    assert (
+        fields["cpu_millicores_per_pod"].default,
+        form["cpu_millicores_per_pod"].initial,
+        request_fields["cpu_millicores_per_pod"],
+    ) == (DEFAULT_POD_CPU_MILLICORES,) * 3
+    assert (
+        fields["memory_mib_per_pod"].default,
+        form["memory_mib_per_pod"].initial,
+        request_fields["memory_mib_per_pod"],
+    ) == (DEFAULT_POD_MEMORY_MIB,) * 3
