@@ -37,6 +37,13 @@ class PreemptionClass(StrEnum):
     PREEMPTIBLE = "preemptible"
 
 
+def borrowing_allowed(*, may_borrow: bool, preemption: str) -> bool:
+    """Whether a queue's jobs may borrow: borrowed GPUs are reclaimed by preemption, so only
+    work that may be preempted (graceful or preemptible) may borrow. The one rule; the policy
+    refuses a queue that asks otherwise, and a database constraint guards the stored rows."""
+    return may_borrow and preemption != PreemptionClass.NEVER
+
+
 class SharingMode(StrEnum):
     """How a queue's jobs hold GPUs."""
 
@@ -175,8 +182,7 @@ class Queue:
 
     @property
     def can_borrow(self) -> bool:
-        """Borrowed GPUs are reclaimed by preemption, so only preemptable work may borrow."""
-        return self.may_borrow and self.preemption is not PreemptionClass.NEVER
+        return borrowing_allowed(may_borrow=self.may_borrow, preemption=self.preemption)
 
 
 @dataclass(frozen=True, slots=True)

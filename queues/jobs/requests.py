@@ -28,7 +28,11 @@ from portal.formatting import HIDDEN_CHARACTERS, display, format_duration, has_h
 from portal.masking import MASK, looks_secret, shown_env
 from queues.admission.asks import pods_held
 from queues.admission.never import user_limit_problem
-from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
+from queues.admission.snapshot import (
+    DEFAULT_POD_CPU_MILLICORES,
+    DEFAULT_POD_MEMORY_MIB,
+    borrowing_allowed,
+)
 from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.models import (
@@ -739,7 +743,7 @@ def _entitlement(
         )
     nominal = Fraction(str(quota.nominal)) if quota else Fraction(0)
     borrowing = Fraction(str(quota.borrowing_limit)) if quota else Fraction(0)
-    if queue.may_borrow and queue.may_preempt:
+    if borrowing_allowed(may_borrow=queue.may_borrow, preemption=queue.preemption_class):
         total = nominal + borrowing
         terms = f"nominal {_fraction_text(nominal)} + borrowing {_fraction_text(borrowing)}"
     else:

@@ -38,6 +38,7 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
+from queues.admission.snapshot import borrowing_allowed
 from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.models import NAME, NAMESPACE_PATTERN, PortalRole, PreemptionClass, SharingMode
 from queues.rates import GPU_AMOUNT_PLACES
@@ -828,7 +829,7 @@ def _parse_queues(
                 "grace_period", f"only a graceful queue has a grace period, not {preemption}"
             )
         may_borrow = entry.get("may_borrow", _bool, default=False)
-        if may_borrow and preemption == PreemptionClass.NEVER:
+        if may_borrow and not borrowing_allowed(may_borrow=True, preemption=preemption):
             entry.problem(
                 "may_borrow",
                 "only graceful or preemptible queues may borrow: lenders reclaim borrowed GPUs "
