@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, Count, F, Max, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, F, Max, QuerySet, Sum, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import TruncDay, TruncHour
 
@@ -484,7 +484,3 @@ def running_by_class_team() -> QuerySet[Any]:
         .annotate(jobs=Count("id"), devices=Sum(F("pods") * F("gpus_per_pod")))
         .order_by()
     )
-
-
-def running_filter() -> Q:
-    return Q(state=JobState.RUNNING)

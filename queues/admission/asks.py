@@ -101,12 +101,6 @@ def order_key_of(snapshot: Snapshot) -> Callable[[PendingJob], OrderKey]:
     return key
 
 
-def plan_order(snapshot: Snapshot) -> list[PendingJob]:
-    """Pending jobs by ``order_key_of``; the planner then puts, within each queue priority,
-    jobs that would borrow after the rest (``build_asks``)."""
-    return sorted(snapshot.pending, key=order_key_of(snapshot))
-
-
 def build_asks(state: State) -> list[Ask]:
     """An ask per pending job, in plan order (``Ask.order`` 0, 1, …): ``order_key_of``, except
     that within a queue priority the jobs that fit their team's nominal quota come before those

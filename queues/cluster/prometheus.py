@@ -30,11 +30,6 @@ class Sample:
     value: float
 
 
-def _label_value(text: str) -> str:
-    """A PromQL string literal's content: backslashes and double quotes escaped."""
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
 def _regex_alternatives(values: list[str]) -> str:
     """An anchored alternation of literal names (``=~`` matches the whole value); the names
     are Kubernetes names, so only '.' needs escaping for RE2."""

@@ -3,7 +3,7 @@
 
 Per cycle, from the snapshot the engine planned on and the plan it made:
 
-* each GPU class's capacity by state and its fragmentation (``capacity_now``) → one
+* each GPU class's capacity by state and its fragmentation (``class_capacity_and_holders``) → one
   ``CapacitySample`` per class and minute, and each node's GPUs in use on ``Node.gpus_in_use``;
 * pending jobs by queue and binding reason → ``PendingSample`` rows for the minute;
 * each team's GPUs held and decayed usage → ``TeamStats``;
@@ -89,7 +89,7 @@ def _node_capacity(node: engine.Node, spec: engine.GpuClass | None) -> tuple[Fra
     return Fraction(node.gpus), min(node.outside_gpu_eq, Fraction(node.gpus))
 
 
-def capacity_now(
+def class_capacity_and_holders(
     snapshot: engine.Snapshot,
 ) -> tuple[list[ClassCapacity], dict[str, Fraction]]:
     """Every GPU class's capacity by state at ``snapshot.now``, and each node's GPU-equivalents
@@ -145,7 +145,7 @@ def history_record(snapshot: engine.Snapshot, plan: engine.Plan, *, now: datetim
     minute = minute_of(now)
     class_ids = dict(GpuClass.objects.values_list("name", "pk"))
     queue_ids = dict(Queue.objects.values_list("name", "pk"))
-    capacities, held_on = capacity_now(snapshot)
+    capacities, held_on = class_capacity_and_holders(snapshot)
     samples = [
         CapacitySample(
             at=minute,

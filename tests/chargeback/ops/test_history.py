@@ -24,7 +24,7 @@ from queues.models import (
 )
 from queues.reconcile.history import (
     capacity_hours_rollup,
-    capacity_now,
+    class_capacity_and_holders,
     wait_day_compute,
     wait_days_refresh,
 )
@@ -35,7 +35,7 @@ DAY = datetime(2026, 11, 2, tzinfo=UTC)
 
 
 def by_class(snap):
-    return {c.gpu_class: c for c in capacity_now(snap)[0]}
+    return {c.gpu_class: c for c in class_capacity_and_holders(snap)[0]}
 
 
 def test_24_free_h100s_and_no_8_gpu_slot():
