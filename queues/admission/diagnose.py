@@ -127,6 +127,12 @@ def policy_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     message += f" (needs {text(demand)})"
     if not queue.can_borrow:
         message += f"; queue {queue.name} may not borrow"
+    most = use.nominal + (use.borrowing_limit if queue.can_borrow else 0)
+    # More than the team may ever hold on this class (and no reservation of its own to use):
+    # waiting does not help here, another class the job may use does.
+    never_here = demand > most and not state.holder_reservations(team, queue.name, gpu_class)
+    if never_here:
+        message += f": never enough on {gpu_class}, where the team may hold at most {text(most)}"
     details = {
         "team": team,
         "gpu_class": gpu_class,
@@ -139,9 +145,15 @@ def policy_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     }
     if use.above:
         details["above_quota_in_use"] = eq_json(state, use.above)
-    return PendingReason(
-        ReasonCode.QUOTA_EXCEEDED, message, details, _quota_hint(state, ask, gpu_class)
-    )
+    if never_here:
+        details["most_entitled"] = eq_json(state, most)
+        hint = (
+            f"it waits for another GPU class it may use; for {gpu_class}, ask for at most "
+            f"{text(most)} GPU-equivalents or ask an admin for more quota"
+        )
+    else:
+        hint = _quota_hint(state, ask, gpu_class)
+    return PendingReason(ReasonCode.QUOTA_EXCEEDED, message, details, hint)
 
 
 def _quota_hint(state: State, ask: Ask, gpu_class: str) -> str:

@@ -80,3 +80,50 @@ def test_an_invalid_request_returns_its_errors_only(nodes, mia):
         ]
     }
     assert not preview.starts_now
+
+
+def test_a_class_the_team_can_never_fill_says_so_and_the_estimate_is_on_the_one_it_can(
+    example_policy, mia
+):
+    """2 × 8 in training for vision: a100 holds at most 8 for the team (4 + 4), h100 16 (8 +
+    8) but busy for a day. The time given is on h100; the a100 reason says it never suffices
+    there (the tester read "in 24 h on a100" beside "the team can never hold 16 A100s")."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+
+    from queues.models import JobState
+    from tests.factories import JobFactory
+
+    a100 = GpuClass.objects.get(name="a100-80gb")
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    for i in (1, 2):
+        Node.objects.create(name=f"a100-{i}", gpu_class=a100, gpu_count=8, network_domain="ib-b")
+        Node.objects.create(name=f"h100-{i}", gpu_class=h100, gpu_count=8, network_domain="ib-a")
+    now = timezone.now()
+    for i in (1, 2):
+        JobFactory(
+            owner=get_user_model().objects.get(username="noah"),
+            team=Team.objects.get(name="nlp"),
+            queue=Queue.objects.get(name="training"),
+            capability_class=CapabilityClass.objects.get(name="bf16-large"),
+            state=JobState.RUNNING,
+            gpu_class=h100,
+            nodes=[f"h100-{i}"],
+            gpus_per_pod=8,
+            capacity_kind="nominal",
+            started_at=now - timedelta(hours=1),
+            admitted_at=now - timedelta(hours=1),
+            runtime_limit=timedelta(hours=24),
+        )
+
+    preview = job_preview(request=request(mia, pods=2, gpus_per_pod=8), now=now)
+
+    assert (preview.gpu_class, preview.errors) == ("h100-80gb", {})
+    assert preview.estimated_start is not None
+    (a100_reason,) = [r for r in preview.reasons if r.details.get("gpu_class") == "a100-80gb"]
+    assert a100_reason.message == (
+        "team vision: a100-80gb quota 0/4 in use, borrowing 0/4 in use (needs 16): never "
+        "enough on a100-80gb, where the team may hold at most 8"
+    )
+    assert a100_reason.hint.startswith("it waits for another GPU class it may use")
