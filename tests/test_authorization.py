@@ -144,6 +144,8 @@ PAGES = [
     # admins close the month.
     Call("chargeback/", "GET", "/chargeback/", (R, 200, 200, 200, 200)),
     Call("chargeback/close", "POST", "/chargeback/close", (R, 404, 404, R, R)),
+    # Only an admin reopens a closed month.
+    Call("chargeback/reopen", "POST", "/chargeback/reopen", (R, 404, 404, 404, R)),
     Call(
         "chargeback/teams/<str:name>/", "GET", "/chargeback/teams/vision/", (R, 200, 404, 200, 200)
     ),
