@@ -18,6 +18,7 @@ The universe is fixed and small (the standard GPU and capability classes of
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -36,7 +37,6 @@ from queues.admission import (
     Node,
     PendingJob,
     Plan,
-    PreemptionClass,
     Quota,
     Reservation,
     RunningJob,
@@ -97,6 +97,23 @@ PROPERTIES = settings(
 )
 
 
+# Strategies are built once per set of values: hypothesis validates every new strategy object
+# on its first draw, which would otherwise be most of the cost of an example.
+BOOLEANS = st.booleans()
+
+
+@functools.lru_cache(maxsize=4096)
+def pick(values: tuple) -> st.SearchStrategy:
+    """One of ``values``; shrinks towards the first."""
+    return st.sampled_from(values)
+
+
+@functools.cache
+def ints(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@functools.cache
 def rarely(one_in: int) -> st.SearchStrategy[bool]:
     """True about once in ``one_in`` draws; shrinks to False."""
     return st.integers(0, one_in - 1).map(lambda x: x == one_in - 1)
@@ -149,7 +166,7 @@ def mode_of(node: Node) -> str:
 
 
 MODES = {
-    "contended": ("exclusive", "exclusive", "exclusive", "mig", "time-sliced"),
+    "contended": ("exclusive",),
     "backfill": ("exclusive", "exclusive", "exclusive", "mig", "time-sliced"),
     "mig": ("mig", "exclusive", "mig"),
     "time-sliced": ("time-sliced", "exclusive", "time-sliced"),
@@ -162,11 +179,11 @@ def nodes(draw: st.DrawFn, index: int, focus: str = "mixed") -> Node:
     """One GPU node: exclusive (most), MIG-partitioned or time-sliced (mostly, when that is the
     focus); sometimes unhealthy, cordoned or draining, tainted, partly used outside the portal,
     or short of CPU and memory."""
-    mode = draw(st.sampled_from(MODES.get(focus, DEFAULT_MODES)))
-    gpu_class = draw(st.sampled_from(CLASSES[:2] if mode == "mig" else CLASSES))
-    gpus = draw(st.sampled_from((8, 4, 2, 1)))
+    mode = draw(pick(MODES.get(focus, DEFAULT_MODES)))
+    gpu_class = draw(pick(CLASSES[:2] if mode == "mig" else CLASSES))
+    gpus = draw(pick((8, 4, 2, 1)))
     fields: dict = {
-        "rack": draw(st.sampled_from(("r1", "r2"))),
+        "rack": draw(pick(("r1", "r2"))),
         "network_domain": "d1",
     }
     if mode == "mig" and gpu_class in PROFILES:
@@ -175,37 +192,37 @@ def nodes(draw: st.DrawFn, index: int, focus: str = "mixed") -> Node:
         slots = []
         for profile in sorted(PROFILES[gpu_class]):
             share = PROFILES[gpu_class][profile]
-            wanted = draw(st.integers(0 if slots else 1, 7))
+            wanted = draw(ints(0 if slots else 1, 7))
             total = min(wanted, int(room / share))
             room -= total * share
-            outside = draw(st.sampled_from((0, 0, 1)))
+            outside = draw(pick((0, 0, 1)))
             slots.append(MigSlots(profile, total, min(outside, total)))
         fields["mig"] = tuple(slots)
     elif mode == "time-sliced":
-        fields["time_slice_replicas"] = draw(st.sampled_from((4, 2)))
+        fields["time_slice_replicas"] = draw(pick((4, 2)))
     if draw(rarely(8)):
         fields["healthy"] = False
         fields["health_reason"] = "XID 79"
     if draw(rarely(8)):
         fields["maintenance"] = draw(
-            st.sampled_from((MaintenanceState.CORDONED, MaintenanceState.DRAINING))
+            pick((MaintenanceState.CORDONED, MaintenanceState.DRAINING))
         )
         fields["maintenance_until"] = draw(
-            st.sampled_from((None, NOW + timedelta(hours=1), NOW + timedelta(hours=5)))
+            pick((None, NOW + timedelta(hours=1), NOW + timedelta(hours=5)))
         )
     if "mig" not in fields and draw(rarely(6)):
-        fields["outside_gpu_eq"] = Fraction(draw(st.sampled_from((1, 2))))
+        fields["outside_gpu_eq"] = Fraction(draw(pick((1, 2))))
     if draw(rarely(8)):
-        fields["taints"] = draw(st.sampled_from((TAINTS, (*TAINTS, "gpu-test:NoExecute"))))
+        fields["taints"] = draw(pick((TAINTS, (*TAINTS, "gpu-test:NoExecute"))))
     if draw(rarely(5)):  # allocatable CPU and memory (else unknown: holds any pod)
-        fields["cpu_millicores"] = draw(st.sampled_from((64_000, 16_000, 190_000)))
-        fields["memory_mib"] = draw(st.sampled_from((0, 65_536, 1_000_000)))
+        fields["cpu_millicores"] = draw(pick((64_000, 16_000, 190_000)))
+        fields["memory_mib"] = draw(pick((0, 65_536, 1_000_000)))
     return Node(f"n{index}", gpu_class, gpus, **fields)
 
 
 @st.composite
 def clusters(draw: st.DrawFn, most: int = 5, focus: str = "mixed") -> tuple[Node, ...]:
-    count = draw(st.integers(1, most))
+    count = draw(ints(1, most))
     return tuple(draw(nodes(i, focus)) for i in range(count))
 
 
@@ -228,17 +245,17 @@ def teams(draw: st.DrawFn, focus: str = "mixed") -> tuple[Team, ...]:
         quotas = tuple(
             Quota(
                 c,
-                Fraction(draw(st.sampled_from(nominal))),
-                Fraction(draw(st.sampled_from(limit))),
+                Fraction(draw(pick(nominal))),
+                Fraction(draw(pick(limit))),
             )
             for c in CLASSES
         )
         built.append(
             Team(
                 name,
-                Fraction(draw(st.sampled_from((1, 2)))),
+                Fraction(draw(pick((1, 2)))),
                 quotas,
-                Fraction(draw(st.integers(0, 50))),
+                Fraction(draw(ints(0, 50))),
             )
         )
     return tuple(built)
@@ -251,29 +268,29 @@ def reservations(
     """0-2 reservations on classes of the cluster (1-2, the first open now, when reservations
     are the focus): standing, active now, opening later or ended; for any queue of the team or
     only ``inference``."""
-    classes = sorted({n.gpu_class for n in cluster})
+    classes = tuple(sorted({n.gpu_class for n in cluster}))
     built = []
     least = 1 if focus == "reserved" else 0
-    for rid in range(1, draw(st.integers(least, 2)) + 1):
+    for rid in range(1, draw(ints(least, 2)) + 1):
         windows = ("standing", "active", "later", "ended")
         if focus == "reserved" and rid == 1:
             windows = windows[:2]
-        window = draw(st.sampled_from(windows))
+        window = draw(pick(windows))
         start = end = None
         if window == "active":
-            start, end = NOW - timedelta(hours=1), NOW + timedelta(hours=draw(st.integers(1, 6)))
+            start, end = NOW - timedelta(hours=1), NOW + timedelta(hours=draw(ints(1, 6)))
         elif window == "later":
             start = NOW + timedelta(hours=2)
-            end = start + timedelta(hours=draw(st.integers(1, 6)))
+            end = start + timedelta(hours=draw(ints(1, 6)))
         elif window == "ended":
             start, end = NOW - timedelta(hours=3), NOW - timedelta(hours=1)
         built.append(
             Reservation(
                 rid,
-                draw(st.sampled_from(TEAMS)),
-                draw(st.sampled_from(classes)),
-                Fraction(draw(st.sampled_from((2, 4, 1, 8)))),
-                queue=draw(st.sampled_from((None, "inference"))),
+                draw(pick(TEAMS)),
+                draw(pick(classes)),
+                Fraction(draw(pick((2, 4, 1, 8)))),
+                queue=draw(pick((None, "inference"))),
                 start=start,
                 end=end,
                 name=f"res{rid}",
@@ -395,27 +412,27 @@ def running_jobs(
     room = _Room(cluster, team_list, res)
     jobs: list[RunningJob] = []
     attempts = {"contended": (4, 12), "idle": (0, 2), "backfill": (2, 8)}.get(focus, (0, 8))
-    for _ in range(draw(st.integers(*attempts))):
-        first = draw(st.integers(0, len(cluster) - 1))
+    for _ in range(draw(ints(*attempts))):
+        first = draw(ints(0, len(cluster) - 1))
         node = cluster[first]
         profile = None
         if node.mig:
-            profile = draw(st.sampled_from([s.profile for s in node.mig]))
+            profile = draw(pick(tuple(s.profile for s in node.mig)))
         # a size the node has room for, so most draws land and nodes fill up
         room_left = room.free.get((node.name, profile), 0)
         sizes = [d for d in (4, 2, 1, 8, 3, 16, 32) if d <= room_left] or [1]
-        devices = draw(st.sampled_from(sizes))
-        pods = draw(st.sampled_from((1, 1, 1, 2)))
+        devices = draw(pick(tuple(sizes)))
+        pods = draw(pick((1, 1, 1, 2)))
         memory = None
         if node.time_slice_replicas > 1:
-            memory = draw(st.sampled_from((None, 8, 20)))
-        team = draw(st.sampled_from(TEAMS[1:] if focus == "contended" else TEAMS))
+            memory = draw(pick((None, 8, 20)))
+        team = draw(pick(TEAMS[1:] if focus == "contended" else TEAMS))
         queue_name = draw(
-            st.sampled_from(("batch", "scavenger") if focus == "contended" else RUNNING_QUEUES)
+            pick(("batch", "scavenger") if focus == "contended" else RUNNING_QUEUES)
         )
-        priority = draw(st.sampled_from((0, 1)))
-        started = draw(st.integers(0, 300))
-        hours = draw(st.integers(1, 6))
+        priority = draw(pick((0, 1)))
+        started = draw(ints(0, 300))
+        hours = draw(ints(1, 6))
         terminating = draw(rarely(12))
         per_pod = device_eq(node, profile) * devices
         entitled = room.entitle(team, queue_name, node.gpu_class, per_pod * pods)
@@ -430,7 +447,7 @@ def running_jobs(
             RunningJob(
                 id=FIRST_RUNNING_ID + len(jobs),
                 team=team,
-                user=draw(st.sampled_from(USERS)),
+                user=draw(pick(USERS)),
                 queue=queue_name,
                 gpu_class=node.gpu_class,
                 pods=placed,
@@ -478,40 +495,40 @@ def pending_job(
     or whole GPUs, a capability its class satisfies), of any team or of a reservation's holder
     (its class, its queue); gangs of 2-3 pods; a few held back after roll-backs."""
     if focus == "contended":  # mostly the lender, reclaiming
-        team = draw(st.sampled_from((TEAMS[0], TEAMS[0], *TEAMS[1:])))
+        team = draw(pick((TEAMS[0], TEAMS[0], *TEAMS[1:])))
     elif focus == "idle":  # mostly borrowers
-        team = draw(st.sampled_from((*TEAMS[1:], TEAMS[0])))
+        team = draw(pick((*TEAMS[1:], TEAMS[0])))
     else:
-        team = draw(st.sampled_from(TEAMS))
-    target = cluster[draw(st.integers(0, len(cluster) - 1))]
+        team = draw(pick(TEAMS))
+    target = cluster[draw(ints(0, len(cluster) - 1))]
     held: Reservation | None = None
-    if res and draw(st.booleans()):
-        held = draw(st.sampled_from(res))
+    if res and (focus == "reserved" or draw(BOOLEANS)):
+        held = draw(pick(res))
         team = held.team
         like = [n for n in cluster if n.gpu_class == held.gpu_class]
-        target = like[draw(st.integers(0, len(like) - 1))] if like else target
+        target = like[draw(ints(0, len(like) - 1))] if like else target
     memory = None
     capacity = max(node_capacity(target).values(), default=0)
-    if target.mig and (focus == "mig" or draw(st.booleans())):
+    if target.mig and (focus == "mig" or draw(BOOLEANS)):
         queue_name = "mig"
         capability = {"h100-80gb": "mig-1g", "a100-40gb": "mig-a100-2g"}[target.gpu_class]
         if target.gpu_class == "h100-80gb" and draw(rarely(3)):
             capability = "mig-3g"
         profile = CAPS[capability].mig_profile
         capacity = max((s.total for s in target.mig if s.profile == profile), default=0)
-    elif target.time_slice_replicas > 1 and (focus == "time-sliced" or draw(st.booleans())):
+    elif target.time_slice_replicas > 1 and (focus == "time-sliced" or draw(BOOLEANS)):
         queue_name = "notebooks"
-        capability = draw(st.sampled_from(FOR_CLASS[target.gpu_class]))
-        memory = draw(st.sampled_from((None, 8, 20)))
+        capability = draw(pick(FOR_CLASS[target.gpu_class]))
+        memory = draw(pick((None, 8, 20)))
     else:
         # contended: the higher-priority queues that reclaim rather than borrow
         queues = {"contended": ENTITLED_QUEUES, "idle": ("batch", "scavenger", "research")}
-        queue_name = draw(st.sampled_from(queues.get(focus, PENDING_QUEUES)))
+        queue_name = draw(pick(queues.get(focus, PENDING_QUEUES)))
         if queue_name == "inference" and held is None:
             queue_name = "interactive"  # reservation-only: for a holder only
-        elif held is not None and held.queue is not None and draw(st.booleans()):
+        elif held is not None and held.queue is not None and draw(BOOLEANS):
             queue_name = held.queue
-        capability = draw(st.sampled_from(FOR_CLASS[target.gpu_class]))
+        capability = draw(pick(FOR_CLASS[target.gpu_class]))
         capacity = target.gpus
     # pods the target node's kind holds: most fit one node, some need the whole class, a few
     # can never fit
@@ -520,19 +537,19 @@ def pending_job(
         id=job_id,
         queue=queue_name,
         team=team,
-        user=draw(st.sampled_from(USERS)),
+        user=draw(pick(USERS)),
         capability=capability,
-        submitted_at=NOW - timedelta(minutes=draw(st.integers(1, 300))),
-        pods=draw(st.sampled_from((1, 1, 2) if focus == "contended" else (1, 1, 2, 1, 3))),
-        gpus_per_pod=draw(st.sampled_from(sizes)),
+        submitted_at=NOW - timedelta(minutes=draw(ints(1, 300))),
+        pods=draw(pick((1, 1, 2) if focus == "contended" else (1, 1, 2, 1, 3))),
+        gpus_per_pod=draw(pick(tuple(sizes))),
         memory_gb=memory,
-        runtime_limit=draw(st.sampled_from(RUNTIMES)),
-        priority=draw(st.sampled_from((0, 0, 1))),
-        cpu_millicores=draw(st.sampled_from((0, 0, 0, 1_000, 32_000, 100_000))),
-        memory_mib=draw(st.sampled_from((0, 0, 4_096, 200_000))),
+        runtime_limit=draw(pick(RUNTIMES)),
+        priority=draw(pick((0, 0, 1))),
+        cpu_millicores=draw(pick((0, 0, 0, 1_000, 32_000, 100_000))),
+        memory_mib=draw(pick((0, 0, 4_096, 200_000))),
         # held back after roll-backs, until a moment past or to come
         not_before=(
-            NOW + timedelta(minutes=draw(st.sampled_from((-5, 3, 90))))
+            NOW + timedelta(minutes=draw(pick((-5, 3, 90))))
             if draw(rarely(10))
             else None
         ),
@@ -547,19 +564,30 @@ def pending_job(
 # nodes of borrowed and low-priority work, waiting jobs of queues that reclaim), "idle" (room to
 # admit and borrow), "reserved" (a reservation open now), "mig" and "time-sliced" (nodes mostly
 # of that kind), "backfill" (a big job blocked in front of small short ones).
-FOCUS = ("mixed", "contended", "idle", "reserved", "mig", "time-sliced", "backfill", "contended")
+FOCUS = (
+    "mixed",
+    "contended",
+    "idle",
+    "reserved",
+    "mig",
+    "time-sliced",
+    "backfill",
+    "contended",
+    "contended",
+    "backfill",
+)
 
 
 @st.composite
 def snapshots(draw: st.DrawFn, most_nodes: int = 5, most_pending: int = 8) -> Snapshot:
     """A whole snapshot: nodes, teams' quotas, reservations, running and waiting jobs; the
     cluster unreachable now and then. Steered to one ``FOCUS``."""
-    focus = draw(st.sampled_from(FOCUS))
+    focus = draw(pick(FOCUS))
     cluster = draw(clusters(most_nodes, focus))
     team_list = draw(teams(focus))
     res = draw(reservations(cluster, focus))
     running = draw(running_jobs(cluster, team_list, res, focus))
-    count = draw(st.integers(1, most_pending))
+    count = draw(ints(1, most_pending))
     pending = tuple(
         draw(pending_job(FIRST_PENDING_ID + i, cluster, res, focus)) for i in range(count)
     )
@@ -633,12 +661,12 @@ def snapshots_with_probes(draw: st.DrawFn) -> Snapshot:
     real pending jobs' (100, 101, …) so that mixing the two up would show."""
     snapshot = draw(snapshots())
     probes = []
-    for i in range(draw(st.integers(1, 6))):
+    for i in range(draw(ints(1, 6))):
         probe = None
-        if draw(st.booleans()):
+        if draw(BOOLEANS):
             probe = default_probe(
-                draw(st.sampled_from(QUEUES)),
-                draw(st.sampled_from(TEAMS)),
+                draw(pick(QUEUES)),
+                draw(pick(TEAMS)),
                 NOW,
                 FIRST_PENDING_ID + i,
                 gpu_classes=GPU_CLASSES,
@@ -657,7 +685,7 @@ def snapshots_with_changed_quotas(draw: st.DrawFn) -> Snapshot:
     may now run within its nominal quota (as when they were admitted while other work of the team
     ran); lowered, its work may exceed nominal + borrowing limit."""
     snapshot = draw(snapshots())
-    factor = st.sampled_from((Fraction(1, 2), Fraction(0), Fraction(1), Fraction(2)))
+    factor = pick((Fraction(1, 2), Fraction(0), Fraction(1), Fraction(2)))
     changed = tuple(
         dataclasses.replace(
             t,
@@ -686,14 +714,16 @@ EVENT_KINDS = (
     "gang",
     "MIG",
     "time-sliced",
+    "reclaimed",
 )
 
 
 def plan_events(snapshot: Snapshot, result: Plan) -> set[str]:
     """The kinds of decision ``result`` made (``EVENT_KINDS``): any admission; a preemption; an
     admission on borrowed quota, backfilled past a blocked job, on a reservation, of a gang
-    (several pods), on MIG slices, on time-sliced replicas. Each is also recorded with
-    ``hypothesis.event`` (``--hypothesis-show-statistics`` shows the shares)."""
+    (several pods), on MIG slices, on time-sliced replicas; another team's borrowed job
+    reclaimed (by a lender or a reservation holder). Each is also recorded with ``hypothesis.event``
+    (``--hypothesis-show-statistics`` shows the shares)."""
     pending = {p.id: p for p in snapshot.pending}
     nodes = {n.name: n for n in snapshot.nodes}
     kinds: set[str] = set()
@@ -714,13 +744,13 @@ def plan_events(snapshot: Snapshot, result: Plan) -> set[str]:
             kinds.add("time-sliced")
     if result.preemptions:
         kinds.add("preempted")
+    running = {j.id: j for j in snapshot.running}
+    for preemption in result.preemptions:
+        if running[preemption.job_id].team != pending[preemption.for_job].team:
+            kinds.add("reclaimed")
     for kind in sorted(kinds):
         event(kind)
     return kinds
-
-
-def ranks(snapshot: Snapshot) -> dict[str, int]:
-    return {q.name: q.priority for q in snapshot.queues}
 
 
 def shuffled(snapshot: Snapshot, order: Iterable[int]) -> Snapshot:

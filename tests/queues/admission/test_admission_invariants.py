@@ -13,7 +13,7 @@ from datetime import timedelta
 from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from queues.admission import (
@@ -43,9 +43,9 @@ from tests.queues.admission.strategies import (
     node_capacity,
     plan_events,
     pod_hbm,
+    shuffled,
     snapshots,
     snapshots_with_probes,
-    shuffled,
 )
 
 SPECS = [g.spec for g in GPU_CLASSES]
@@ -70,7 +70,9 @@ def use_after(snapshot: Snapshot, result: Plan, keep_victims: bool = False) -> U
     during their grace period) plus every admission."""
     nodes = {n.name: n for n in snapshot.nodes}
     preempted = {p.job_id for p in result.preemptions}
-    use = Use(Counter(), Counter(), defaultdict(Fraction), defaultdict(Fraction), defaultdict(Fraction))
+    use = Use(
+        Counter(), Counter(), defaultdict(Fraction), defaultdict(Fraction), defaultdict(Fraction)
+    )
 
     def hold(team_name, gpu_class, kind, rid, eq, pods, profile, devices, memory):
         for name in pods:
@@ -171,7 +173,8 @@ def test_a_job_starts_only_on_capacity_its_class_and_queue_may_use(snapshot: Sna
     mode (MIG slices of its profile, time-sliced replicas for a time-sliced queue, whole GPUs
     otherwise), one pod per node entry within the node's CPU and memory, a gang in one rack when
     its queue requires it, under the per-user limits; reservation-only queues run only on a
-    reservation; nothing is admitted while held back or while the cluster is unreachable."""
+    reservation, and a reservation only to its team, for its class and queue, while it is open;
+    nothing is admitted while held back or while the cluster is unreachable."""
     result = plan(snapshot)
     plan_events(snapshot, result)
     if snapshot.cluster_unreachable_since is not None:
@@ -179,6 +182,7 @@ def test_a_job_starts_only_on_capacity_its_class_and_queue_may_use(snapshot: Sna
         return
     nodes = {n.name: n for n in snapshot.nodes}
     jobs = {p.id: p for p in snapshot.pending}
+    reservations = {r.id: r for r in snapshot.reservations}
     per_user: Counter[tuple[str, str]] = Counter()
     eq_per_user: defaultdict[tuple[str, str], Fraction] = defaultdict(Fraction)
     for job in snapshot.running:
@@ -194,6 +198,10 @@ def test_a_job_starts_only_on_capacity_its_class_and_queue_may_use(snapshot: Sna
         assert job.not_before is None or job.not_before <= NOW
         if terms.reservation_only:
             assert admission.capacity is CapacityKind.RESERVED
+        if admission.capacity is CapacityKind.RESERVED:
+            held = reservations[admission.reservation_id or 0]
+            assert (held.team, held.gpu_class) == (job.team, admission.gpu_class)
+            assert held.queue in (None, job.queue) and held.active_at(NOW)
         if admission.capacity is CapacityKind.BORROWED:
             assert terms.can_borrow
         assert len(admission.nodes) == job.pods
@@ -403,40 +411,108 @@ def test_a_later_arrival_never_moves_the_latest_start_of_a_job_ahead_of_it(
     "to another node and change the gaps behind it (docs/admission.md, step 7)",
 )
 @given(arrivals(one_node=False))
-@settings(PROPERTIES, derandomize=True, database=None)
+# the same examples every run (it is expected to fail, so it must fail every time), and no
+# shrinking of a failure that is known: drop ``phases`` to see the shrunk example
+@settings(PROPERTIES, derandomize=True, database=None, phases=(Phase.generate,))
 def test_a_later_arrival_never_moves_the_latest_start_of_a_job_ahead_of_it_by_placement(
     scenario: tuple[Snapshot, list[PendingJob]],
 ) -> None:
-    """The same across four nodes, where the node a job lands on is chosen again each pass."""
+    """The same across four nodes, where the node a job lands on is chosen again each pass.
+    Shrunk example (``_placement_example``): a 1-GPU job submitted last backfills onto n2 at
+    12:09; at 12:14 the jobs ahead, placed anew by best fit, spread over n2, n3 and n1, and the
+    8-GPU job 13 finds no whole node until 12:19 (it was told 12:14)."""
     _later_arrivals_keep_the_bound(*scenario)
+
+
+def _placement_example() -> tuple[Snapshot, PendingJob]:
+    """The shrunk example of the property above: four 8-GPU H100 nodes, each busy until
+    12:09-12:19; 13 waiting jobs of nlp (ahead in fair share, its quota of 16 full until job 1
+    ends at 12:14) and vision; job 52 (1 GPU, 10 min) submitted last."""
+    busy = [
+        running(900, "nlp", "n0", 8, started=timedelta(minutes=1), runtime=timedelta(minutes=20)),
+        running(
+            901, "vision", "n1", 4, started=timedelta(minutes=1), runtime=timedelta(minutes=10)
+        ),
+        running(902, "nlp", "n2", 8, started=timedelta(minutes=1), runtime=timedelta(minutes=10)),
+        running(
+            903, "vision", "n3", 4, started=timedelta(minutes=1), runtime=timedelta(minutes=20)
+        ),
+    ]
+    shapes = [
+        (1, "nlp", 8, 5), (2, "vision", 1, 5), (3, "vision", 1, 5), (4, "vision", 1, 5),
+        (5, "vision", 1, 5), (6, "vision", 1, 5), (7, "nlp", 1, 5), (8, "nlp", 1, 5),
+        (9, "nlp", 2, 5), (10, "nlp", 4, 5), (11, "vision", 4, 10), (12, "vision", 1, 5),
+        (13, "vision", 8, 5), (50, "vision", 1, 5), (51, "vision", 1, 5),
+    ]  # fmt: skip
+    jobs = [
+        pending(
+            job_id,
+            team_name,
+            gpus=gpus,
+            waited=timedelta(seconds=max(0, 100 - job_id)),
+            runtime_limit=timedelta(minutes=minutes),
+        )
+        for job_id, team_name, gpus, minutes in shapes
+    ]
+    start = Snapshot(
+        now=NOW,
+        gpu_classes=GPU_CLASSES,
+        nodes=tuple(node(f"n{i}") for i in range(4)),
+        queues=ARRIVAL_QUEUES,
+        capability_classes=tuple(CAPS.values()),
+        teams=(team("vision", {"h100-80gb": 32}), team("nlp", {"h100-80gb": 16})),
+        running=tuple(busy),
+        pending=tuple(jobs),
+    )
+    later = pending(52, "vision", waited=timedelta(0), runtime_limit=timedelta(minutes=10))
+    return start, later
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="node placement: job 52 backfills onto n2 at 12:09; at 12:14 the jobs ahead are "
+    "placed anew by best fit and job 13 (8 GPUs) finds no whole node until 12:19",
+)
+def test_a_later_one_gpu_job_does_not_move_a_whole_node_job_ahead_of_it() -> None:
+    start, later = _placement_example()
+    before = plan(start).status(13)
+    after = plan(dataclasses.replace(start, pending=(*start.pending, later))).status(13)
+    assert before is not None and after is not None
+    assert before.estimated_start.at == NOW + timedelta(minutes=14)
+    assert after.estimated_start.at == NOW + timedelta(minutes=14)  # is 12:19
 
 
 # ---------------------------------------------------------------------- the strategies reach the hard cases
 
-# The least share of examples in which each kind of decision happens (measured shares are in
-# docs/admission.md, "Testing"); a strategy that drifts into trivia fails here.
+# The least share of examples in which each kind of decision happens: below the least share
+# measured over four seeds (docs/admission.md, "Testing"), so a strategy that drifts into
+# trivia fails here, not an unlucky seed.
 LEAST_SHARE = {
     "admitted": 0.25,
     "preempted": 0.10,
     "borrowed": 0.03,
-    "backfilled": 0.02,
+    "backfilled": 0.01,
     "reserved": 0.04,
-    "gang": 0.05,
-    "MIG": 0.05,
-    "time-sliced": 0.05,
+    "gang": 0.06,
+    "MIG": 0.045,
+    "time-sliced": 0.03,
+    "reclaimed": 0.08,
 }
 
 
+SHARE_SEED = 1
+
+
 def test_the_strategies_reach_every_hard_case_in_a_good_share_of_examples() -> None:
-    """Deterministic (derandomized, no example database): the same examples every run, as many
-    as the properties run."""
+    """Deterministic (a fixed seed, no example database): the same 1,000 examples every run
+    (as many as the properties run in the slow profile, 2,000)."""
     seen: Counter[str] = Counter()
     examples = []
 
+    @seed(SHARE_SEED)
     @given(snapshots())
     @settings(
         max_examples=max(EXAMPLES, 1000),
-        derandomize=True,
         database=None,
         phases=[Phase.generate],
         deadline=None,
@@ -450,4 +526,4 @@ def test_the_strategies_reach_every_hard_case_in_a_good_share_of_examples() -> N
     shares = {kind: seen[kind] / len(examples) for kind in EVENT_KINDS}
     assert set(LEAST_SHARE) == set(EVENT_KINDS)
     low = {kind: round(share, 3) for kind, share in shares.items() if share < LEAST_SHARE[kind]}
-    assert not low, (low, shares)
+    assert not low, (low, {kind: round(share, 3) for kind, share in shares.items()})

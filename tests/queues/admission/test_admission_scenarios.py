@@ -654,9 +654,7 @@ def _team_batch_on_one_node(*extra_pending: PendingJob, stopped: bool = False):
     )
 
 
-def test_gpus_of_a_job_preempted_in_this_pass_go_to_no_other_job_until_its_pods_are_gone() -> (
-    None
-):
+def test_gpus_of_a_job_preempted_in_this_pass_go_to_no_other_job_until_its_pods_are_gone() -> None:
     """Interactive job 10 takes 1 of the 4 GPUs batch job 1 frees; the other 3 stay held by
     job 1's stopping pods through its 5 min grace, so job 11 is not admitted onto them now (the
     node would hold 9 of 8 GPUs) and waits for them rather than preempting more batch work."""
