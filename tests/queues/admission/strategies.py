@@ -204,9 +204,7 @@ def nodes(draw: st.DrawFn, index: int, focus: str = "mixed") -> Node:
         fields["healthy"] = False
         fields["health_reason"] = "XID 79"
     if draw(rarely(8)):
-        fields["maintenance"] = draw(
-            pick((MaintenanceState.CORDONED, MaintenanceState.DRAINING))
-        )
+        fields["maintenance"] = draw(pick((MaintenanceState.CORDONED, MaintenanceState.DRAINING)))
         fields["maintenance_until"] = draw(
             pick((None, NOW + timedelta(hours=1), NOW + timedelta(hours=5)))
         )
@@ -427,9 +425,7 @@ def running_jobs(
         if node.time_slice_replicas > 1:
             memory = draw(pick((None, 8, 20)))
         team = draw(pick(TEAMS[1:] if focus == "contended" else TEAMS))
-        queue_name = draw(
-            pick(("batch", "scavenger") if focus == "contended" else RUNNING_QUEUES)
-        )
+        queue_name = draw(pick(("batch", "scavenger") if focus == "contended" else RUNNING_QUEUES))
         priority = draw(pick((0, 1)))
         started = draw(ints(0, 300))
         hours = draw(ints(1, 6))
@@ -548,11 +544,7 @@ def pending_job(
         cpu_millicores=draw(pick((0, 0, 0, 1_000, 32_000, 100_000))),
         memory_mib=draw(pick((0, 0, 4_096, 200_000))),
         # held back after roll-backs, until a moment past or to come
-        not_before=(
-            NOW + timedelta(minutes=draw(pick((-5, 3, 90))))
-            if draw(rarely(10))
-            else None
-        ),
+        not_before=(NOW + timedelta(minutes=draw(pick((-5, 3, 90)))) if draw(rarely(10)) else None),
         rollbacks=1,
     )
 
