@@ -607,8 +607,9 @@ def _blocked_in_front(
     running: tuple[RunningJob, ...],
 ) -> tuple[PendingJob, ...]:
     """The first waiting job made one that needs a whole node of the class of a partly busy
-    exclusive node, submitted first and of the team with the most nominal quota there; the others
-    short jobs of 1-2 GPUs on the same class. So the first likely waits for running work to end,
+    exclusive node (as much as its team's nominal quota allows), of a queue ahead of the others
+    and of the team with the most nominal quota there; the others short batch jobs of 1-2 GPUs
+    on the same class. So the first likely waits for running work to end,
     and the short ones fit before then: backfill."""
     busy = {name for job in running for name in job.pods}
     exclusive = [n for n in cluster if not n.mig and n.time_slice_replicas == 1]
@@ -619,12 +620,12 @@ def _blocked_in_front(
     size = max(n.gpus for n in exclusive if n.gpu_class == gpu_class)
     quotas = {t.name: q for t in team_list for q in t.quotas if q.gpu_class == gpu_class}
     team = max(sorted(quotas), key=lambda name: quotas[name].nominal)
-    entitled = int(quotas[team].nominal + quotas[team].borrowing_limit)
+    entitled = int(quotas[team].nominal)
     plain = {"cpu_millicores": 0, "memory_mib": 0, "not_before": None, "memory_gb": None}
     first, rest = pending[0], pending[1:]
     big = dataclasses.replace(
         first,
-        queue="batch",
+        queue="training",  # ahead of the short batch jobs, within its team's nominal quota
         team=team,
         capability=FOR_CLASS[gpu_class][0],
         pods=1,

@@ -490,7 +490,7 @@ def test_a_later_one_gpu_job_does_not_move_a_whole_node_job_ahead_of_it() -> Non
 LEAST_SHARE = {
     "admitted": 0.25,
     "preempted": 0.10,
-    "borrowed": 0.03,
+    "borrowed": 0.025,
     "backfilled": 0.01,
     "reserved": 0.04,
     "gang": 0.06,
