@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test lint format bench venv clean chromium ldap-build-deps slapd
+.PHONY: demo test test-slow lint format bench venv clean chromium ldap-build-deps slapd
 
 venv: $(STAMP)
 
@@ -48,6 +48,11 @@ demo: $(STAMP)
 
 test: $(STAMP) chromium slapd
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The admission engine's properties with the ``slow`` hypothesis profile: at least 2,000
+# examples each instead of 200 (CI runs the normal profile). Tens of minutes on 2 cores.
+test-slow: $(STAMP)
+	$(PY) -m pytest --hypothesis-profile=slow tests/queues/admission $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium package; install it when missing (as root).
 chromium:

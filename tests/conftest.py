@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.cache import cache
+from hypothesis import settings
 from rest_framework.test import APIClient
 
 from portal.models import ApiToken
@@ -21,6 +22,11 @@ from tests.sim import sim_cluster, sim_cluster_factory  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
+
+# ``--hypothesis-profile=slow`` (``make test-slow``): every property at least 2,000 examples,
+# outside CI's time budget. The normal run keeps hypothesis' defaults, and the admission
+# properties their 200 (tests/queues/admission/strategies.py).
+settings.register_profile("slow", max_examples=2000, deadline=None)
 
 
 @pytest.fixture(autouse=True)

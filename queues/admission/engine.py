@@ -45,7 +45,7 @@ from queues.admission.snapshot import (
     PreemptionClass,
     Snapshot,
 )
-from queues.admission.state import Alloc, Pool, State, place, pods_nodes
+from queues.admission.state import Alloc, PodSpot, Pool, State, place, pods_nodes
 
 
 @dataclass(slots=True)
@@ -771,6 +771,9 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
     key = (ask.key, _versions(state, ask))
     if key in run.no_preempt:
         return False
+    if _waits_for_stopping(state, ask):
+        run.no_preempt.add(key)
+        return False
     for gpu_class in ask.classes:
         held = (ask.job.team, gpu_class)
         if run.shadows.get(gpu_class) or run.quota_shadows.get(held):
@@ -803,7 +806,7 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
             assert fit is not None
             grace = max((v.grace for v in victims), default=timedelta(0))
             start = state.now + grace
-            _admit(run, ask, fit, start=start)
+            _hold_until_stopped(state, victims, _admit(run, ask, fit, start=start))
             for victim in victims:
                 run.preemptions.append(
                     Preemption(
@@ -827,6 +830,76 @@ def _preempt(run: Pass, ask: Ask, outcome: Outcome) -> bool:
             return True
     run.no_preempt.add(key)
     return False
+
+
+def _waits_for_stopping(state: State, ask: Ask) -> bool:
+    """Whether ``ask`` would fit one of its classes, under an entitlement that may preempt, once
+    the pods already stopping there are gone (jobs stopped in an earlier cycle, or preempted
+    earlier in this pass): it then waits for them, at most their grace period, rather than
+    preempting more work for GPUs about to be free."""
+    for gpu_class in ask.classes:
+        stopping = [a for a in state.class_allocs[gpu_class].values() if a.stopping]
+        if not stopping:
+            continue
+        options = [
+            o for o in entitlement(state, ask, gpu_class) if o[0] is not CapacityKind.BORROWED
+        ]
+        if not options:
+            continue
+        for alloc in stopping:
+            state.give_back(alloc)
+        fits = fit_class(state, ask, gpu_class, options) is not None
+        for alloc in stopping:
+            state.take(alloc)
+        if fits:
+            return True
+    return False
+
+
+def _hold_until_stopped(state: State, victims: list[Alloc], preemptor: Alloc) -> None:
+    """A preempted job's pods keep its GPUs until they are gone, at the end of its grace period.
+    Its preemptor holds its part of them from now on (it starts when the last victim is gone);
+    the rest stays held by the victim's stopping pods until then, so no job admitted in this
+    pass lands on GPUs that are not free yet. That remainder counts against nothing but
+    capacity: the victim's quota, reservation and user limits are free from now on, as before."""
+    reused: dict[tuple[int, int], list[int]] = {}  # (pool, local node) → [devices, HBM GB]
+    for spot in preemptor.spots:
+        entry = reused.setdefault((id(spot.pool), spot.local), [0, 0])
+        entry[0] += spot.devices
+        entry[1] += spot.hbm
+    for victim in victims:
+        spots: list[PodSpot] = []
+        for spot in victim.spots:
+            entry = reused.get((id(spot.pool), spot.local), [0, 0])
+            devices, hbm = min(spot.devices, entry[0]), min(spot.hbm, entry[1])
+            entry[0] -= devices
+            entry[1] -= hbm
+            left = spot.devices - devices
+            if left > 0 or spot.hbm > hbm:
+                unit = spot.pool.unit[spot.local]
+                spots.append(PodSpot(spot.pool, spot.local, left, spot.hbm - hbm, left * unit))
+        if not spots:
+            continue
+        state.take(
+            Alloc(
+                job_id=-victim.job_id,  # apart from the job itself, which went back to pending
+                team="",
+                queue="",
+                user="",
+                gpu_class=victim.gpu_class,
+                kind=victim.kind,
+                reservation_id=None,
+                spots=spots,
+                eq=sum(spot.eq for spot in spots),
+                end=state.now + victim.grace,
+                rank=victim.rank,
+                preemptible=False,
+                grace=victim.grace,
+                lost_work=timedelta(0),
+                stopping=True,
+                counts=False,
+            )
+        )
 
 
 def _choose_victims(

@@ -144,6 +144,9 @@ class Alloc:
     lost_work: timedelta
     live: bool = True
     stopping: bool = False  # its pods are terminating: ``end`` is their grace period's end
+    # False: it holds devices only, not quota, a reservation or a user's limits (the part of a
+    # job preempted in this pass that its preemptor does not take, until its pods are gone)
+    counts: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,7 +447,8 @@ class State:
         self.allocs[alloc.job_id] = alloc
         if alloc.gpu_class in self.class_allocs:
             self.class_allocs[alloc.gpu_class][alloc.job_id] = alloc
-        self.user_allocs.setdefault((alloc.queue, alloc.user), {})[alloc.job_id] = alloc
+        if alloc.counts:
+            self.user_allocs.setdefault((alloc.queue, alloc.user), {})[alloc.job_id] = alloc
         alloc.live = True
 
     def give_back(self, alloc: Alloc) -> None:
@@ -470,6 +474,11 @@ class State:
                 pool.bucket_move(spot.local, old, new)
                 pool.free_eq += sign * spot.eq
                 self.class_free[pool.gpu_class] += sign * spot.eq
+        if alloc.gpu_class in self.class_version:
+            self.class_version[alloc.gpu_class] += 1
+        self.changes += 1
+        if not alloc.counts:
+            return
         key = (alloc.team, alloc.gpu_class)
         if alloc.kind is CapacityKind.RESERVED and alloc.reservation_id in self.res_used:
             self.res_used[alloc.reservation_id] -= sign * alloc.eq
@@ -481,9 +490,6 @@ class State:
         user = (alloc.queue, alloc.user)
         self.user_jobs[user] = self.user_jobs.get(user, 0) - sign
         self.user_eq[user] = self.user_eq.get(user, 0) - sign * alloc.eq
-        if alloc.gpu_class in self.class_version:
-            self.class_version[alloc.gpu_class] += 1
-        self.changes += 1
 
     def _refresh_idle(self, rid: int) -> None:
         reservation = self.reservations[rid]

@@ -626,6 +626,69 @@ def test_gpus_held_by_terminating_pods_are_not_free_and_are_no_victims() -> None
     assert status.estimated_start.at == NOW + timedelta(minutes=10)
 
 
+def _team_batch_on_one_node(*extra_pending: PendingJob, stopped: bool = False):
+    """Team nlp's batch jobs of 4, 2 and 1 GPUs fill an 8-GPU node that has 1 GPU used outside
+    the portal; with ``stopped`` the 4-GPU one was preempted a minute ago (5 min grace)."""
+    first = running(
+        1, "nlp", "h1", 4, queue="batch", started=timedelta(minutes=30), runtime=timedelta(hours=2)
+    )
+    if stopped:
+        first = dataclasses.replace(
+            first,
+            started_at=NOW - timedelta(minutes=1),
+            runtime_limit=timedelta(minutes=5),
+            terminating=True,
+        )
+    return snapshot(
+        nodes=[node("h1", outside_gpu_eq=Fraction(1))],
+        teams=[team("nlp", {H100: (8, 4)})],
+        running=[
+            first,
+            running(2, "nlp", "h1", 2, queue="batch", runtime=timedelta(hours=2)),
+            running(3, "nlp", "h1", 1, queue="batch", runtime=timedelta(hours=2)),
+        ],
+        pending=[
+            pending(10, "nlp", "interactive", "h100", waited=timedelta(minutes=2)),
+            *extra_pending,
+        ],
+    )
+
+
+def test_gpus_of_a_job_preempted_in_this_pass_go_to_no_other_job_until_its_pods_are_gone() -> None:
+    """Interactive job 10 takes 1 of the 4 GPUs batch job 1 frees; the other 3 stay held by
+    job 1's stopping pods through its 5 min grace, so job 11 is not admitted onto them now (the
+    node would hold 9 of 8 GPUs) and waits for them rather than preempting more batch work."""
+    result = plan(
+        _team_batch_on_one_node(
+            pending(11, "nlp", "interactive", "h100", waited=timedelta(minutes=1))
+        )
+    )
+    assert [(p.job_id, p.for_job) for p in result.preemptions] == [(1, 10)]
+    assert result.admissions == ()
+    first, second = result.status(10), result.status(11)
+    assert first is not None and first.preempting == (1,)
+    assert first.estimated_start.at == NOW + timedelta(minutes=5)
+    assert second is not None and second.preempting == ()
+    assert second.binding.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert second.estimated_start.at == NOW + timedelta(minutes=5)
+
+
+def test_a_job_waits_for_pods_already_stopping_rather_than_preempting_more() -> None:
+    """The next cycle: job 1's pods are still stopping (4 more minutes). Job 10, which preempted
+    it, and job 11 both fit once they are gone: neither preempts batch jobs 2 or 3."""
+    result = plan(
+        _team_batch_on_one_node(
+            pending(11, "nlp", "interactive", "h100", waited=timedelta(minutes=1)), stopped=True
+        )
+    )
+    assert result.preemptions == ()
+    assert result.admissions == ()
+    for job_id in (10, 11):
+        status = result.status(job_id)
+        assert status is not None and status.preempting == ()
+        assert status.estimated_start.at == NOW + timedelta(minutes=4)
+
+
 def test_memory_running_notebooks_declared_is_a_wait_with_the_numbers_not_never() -> None:
     """A T4 shared by 4 replicas with a 12 GB notebook running: an 8 GB notebook waits for it
     (InsufficientCapacity, GB declared and GB free, an estimate at the notebook's limit); it
