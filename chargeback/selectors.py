@@ -186,12 +186,20 @@ class Waste:
 
 
 def waste_by_team(
-    *, start: datetime, end: datetime, now: datetime, team_ids: list[int] | None
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    team_ids: list[int] | None,
+    gpu_class: str | None = None,
 ) -> list[Waste]:
+    """Only ``gpu_class``'s waste when given (the /ops/ headline's per-class figures)."""
     preempted: dict[str, Fraction] = {}
     events = JobEvent.objects.filter(kind="preempted", at__gte=start, at__lt=min(end, now))
     if team_ids is not None:
         events = events.filter(job__team_id__in=team_ids)
+    if gpu_class is not None:
+        events = events.filter(job__gpu_class__name=gpu_class)
     events_list = list(events.select_related("job__team"))
     # A job's GPU-equivalents: its pods' devices × share, from its usage intervals.
     shares: dict[int, Fraction] = {}
@@ -208,11 +216,15 @@ def waste_by_team(
         start=start,
         end=end,
         now=now,
-        group_by=("team",),
+        group_by=("team",) if gpu_class is None else ("team", "gpu_class"),
         team_ids=team_ids,
         job_states=[JobState.FAILED],
     )
-    failed_by_team = {line.key["team"]: line.gpu_hours for line in failed.lines}
+    failed_by_team: dict[str, Decimal] = {}
+    for line in failed.lines:
+        if gpu_class is None or line.key.get("gpu_class") == gpu_class:
+            team = line.key["team"]
+            failed_by_team[team] = failed_by_team.get(team, Decimal("0.000")) + line.gpu_hours
     teams = sorted(set(preempted) | set(failed_by_team))
     return [
         Waste(

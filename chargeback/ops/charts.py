@@ -32,7 +32,16 @@ Figure = dict[str, Any]
 
 
 def _figure(title: str, **layout: object) -> Figure:
-    return {"data": [], "layout": {**LAYOUT, "title": {"text": title}, **layout}}
+    # The title hangs from the top of the chart, so a title wrapped on a phone grows down into
+    # the top margin (charts.js widens it) instead of over the plot.
+    title_layout = {"text": title, "yref": "container", "y": 0.98, "yanchor": "top"}
+    return {"data": [], "layout": {**LAYOUT, "title": title_layout, **layout}}
+
+
+# Time axes say minutes or days, never a sub-second tick ("08:09:55.6375") when a series has
+# a single point and plotly zooms in on it.
+HOURLY_AXIS = {"type": "date", "tickformat": "%m-%d %H:%M", "nticks": 8}
+DAILY_AXIS = {"type": "date", "tickformat": "%m-%d", "dtick": 86_400_000}
 
 
 def _bar(figure: Figure, **trace: object) -> None:
@@ -70,7 +79,11 @@ def capacity_over_time(periods: Sequence[CapacityPeriod]) -> Figure:
 
 
 def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -> Figure:
-    figure = _figure(title, yaxis={"title": "% of allocatable", "range": [0, 100]})
+    figure = _figure(
+        title,
+        yaxis={"title": "% of allocatable", "range": [0, 100]},
+        xaxis=HOURLY_AXIS if hourly else DAILY_AXIS,
+    )
     for gpu_class in sorted({p.gpu_class for p in periods}):
         mine = [p for p in periods if p.gpu_class == gpu_class]
         _scatter(
@@ -92,12 +105,22 @@ def waits(rows: Sequence[QueueWaits]) -> Figure:
 
     _bar(figure, name="p50", x=queues, y=minutes([r.wait_p50 for r in rows]))
     _bar(figure, name="p90", x=queues, y=minutes([r.wait_p90 for r in rows]))
-    _scatter(figure, name="target", x=queues, y=minutes([r.target for r in rows]), mode="markers")
+    # A wide dark bar across each queue's slot: visible over the p50 and p90 bars.
+    _scatter(
+        figure,
+        name="target",
+        x=queues,
+        y=minutes([r.target for r in rows]),
+        mode="markers",
+        marker={"symbol": "line-ew", "size": 36, "line": {"width": 3, "color": "#b42318"}},
+    )
     return figure
 
 
 def slo(rows: Sequence[QueueWaits]) -> Figure:
-    figure = _figure("Started within target (% per day)", yaxis={"range": [0, 100]})
+    figure = _figure(
+        "Started within target (% per day)", yaxis={"range": [0, 100]}, xaxis=DAILY_AXIS
+    )
     for row in rows:
         _scatter(
             figure,
@@ -123,7 +146,7 @@ def pending_now(rows: Sequence[tuple[str, str, int]]) -> Figure:
 
 
 def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figure:
-    figure = _figure("Pending by reason, hourly average")
+    figure = _figure("Pending by reason, hourly average", xaxis=HOURLY_AXIS)
     for code, points in sorted(series.items()):
         _scatter(
             figure,
@@ -149,7 +172,7 @@ def fragmentation_now(samples: Sequence[CapacitySample]) -> Figure:
 
 
 def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
-    figure = _figure("Free GPUs vs 8-GPU slots, hourly")
+    figure = _figure("Free GPUs vs 8-GPU slots, hourly", xaxis=HOURLY_AXIS)
     for gpu_class in sorted({p.gpu_class for p in points}):
         mine = [p for p in points if p.gpu_class == gpu_class]
         x = [_stamp(p.at) for p in mine]

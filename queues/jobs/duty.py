@@ -36,6 +36,7 @@ class DutyLine:
     idle_gpu_hours: Decimal
     unmeasured_gpu_hours: Decimal
     shared: bool
+    gpu_class: str = ""
 
 
 def duty_lines(
@@ -64,6 +65,7 @@ def duty_lines(
             "sharing_mode",
             "started_at",
             "ended_at",
+            "gpu_class__name",
         )
     )
     if not rows:
@@ -77,7 +79,7 @@ def duty_lines(
         )
     }
     sums: dict[int, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    names: dict[int, tuple[str, str]] = {}
+    names: dict[int, tuple[str, str, str]] = {}
     shared: dict[int, bool] = defaultdict(bool)
     for (
         job_id,
@@ -91,6 +93,7 @@ def duty_lines(
         sharing,
         started,
         ended,
+        gpu_class,
     ) in rows:
         held = min(ended or end, end) - max(started, start)
         if held <= timedelta(0):
@@ -99,7 +102,7 @@ def duty_lines(
             held // timedelta(microseconds=1) * devices * numerator,
             MICROSECONDS_PER_HOUR * denominator,
         )
-        names[job_id] = (team, queue)
+        names[job_id] = (team, queue, gpu_class)
         shared[job_id] |= sharing == SharingMode.TIME_SLICED
         sums[job_id]["gpu"] += gpu_hours
         value = util.get((namespace, pod))
@@ -119,6 +122,7 @@ def duty_lines(
             idle_gpu_hours=round_hours(s["idle"]),
             unmeasured_gpu_hours=round_hours(s["unmeasured"]),
             shared=shared[job_id],
+            gpu_class=names[job_id][2],
         )
         for job_id, s in sorted(sums.items())
     ]
