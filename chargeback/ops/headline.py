@@ -208,9 +208,9 @@ def reservation_recommendations(weeks: list[ReservationWeek]) -> list[Recommenda
     for r in sorted(weeks, key=lambda r: (-r.idle_gpu_hours, r.name)):
         if not r.reserved_gpu_hours or not r.jobs_waited:
             continue
+        if r.idle_gpu_hours * 100 < IDLE_RESERVATION_PERCENT * r.reserved_gpu_hours:
+            continue  # the threshold on the exact share, not the rounded one it prints
         share = whole_percent(r.idle_gpu_hours, r.reserved_gpu_hours)
-        if share < IDLE_RESERVATION_PERCENT:
-            continue
         found.append(
             Recommendation(
                 kind="reservation-idle",
@@ -249,15 +249,15 @@ def low_duty_recommendations(duties: list[TeamClassDuty]) -> list[Recommendation
         measured = d.busy + d.idle
         if not d.big or d.shared or measured < LOW_DUTY_MIN_GPU_HOURS:
             continue
-        share = whole_percent(d.busy, measured)
-        if share >= LOW_DUTY_PERCENT:
+        if d.busy * 100 >= LOW_DUTY_PERCENT * measured:
             continue
+        share = whole_percent(d.busy, measured)
         found.append(
             Recommendation(
                 kind="low-duty",
                 text=(
                     f"team {d.team}: {d.gpu_class} jobs {share} % busy over "
-                    f"{round_hours(measured)} GPU-hours this week — a MIG or time-sliced "
+                    f"{measured.quantize(ZERO)} GPU-hours this week — a MIG or time-sliced "
                     "class would serve them"
                 ),
                 action=f"Quota of {d.team} on {d.gpu_class}",
