@@ -335,7 +335,7 @@ def week_bounds(now: datetime) -> tuple[datetime, datetime, datetime]:
     return this_start - WEEK, this_start, now
 
 
-def _allowed_classes() -> dict[int, set[str]]:
+def allowed_classes() -> dict[int, set[str]]:
     allowed: dict[int, set[str]] = defaultdict(set)
     for queue_id, name in Queue.allowed_gpu_classes.through.objects.values_list(
         "queue_id", "gpuclass__name"
@@ -504,7 +504,7 @@ def _class_week(
     )
 
 
-def _week(
+def class_weeks(
     start: datetime,
     end: datetime,
     classes: list[str],
@@ -535,7 +535,7 @@ def headline_read(*, now: datetime, prometheus: Prometheus | None) -> Headline:
     last_start, this_start, end = week_bounds(now)
     classes = list(GpuClass.objects.active().order_by("name").values_list("name", flat=True))
     big = set(GpuClass.objects.exclude(mig_profiles={}).values_list("name", flat=True))
-    allowed = _allowed_classes()
+    allowed = allowed_classes()
     this_lines: list[DutyLine] | None = None
     last_lines: list[DutyLine] | None = None
     duty_error = "not configured: set PROMETHEUS_URL"
@@ -548,8 +548,8 @@ def headline_read(*, now: datetime, prometheus: Prometheus | None) -> Headline:
             duty_error = f"Prometheus could not be read: {exc}"
             this_lines = last_lines = None
     rows = headline_rows(
-        _week(this_start, end, classes, allowed, this_lines),
-        _week(last_start, this_start, classes, allowed, last_lines),
+        class_weeks(this_start, end, classes, allowed, this_lines),
+        class_weeks(last_start, this_start, classes, allowed, last_lines),
     )
     duties: dict[tuple[str, str], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
     shared: dict[tuple[str, str], bool] = defaultdict(bool)

@@ -158,7 +158,9 @@ def test_ops_opens_on_the_headline_and_folds_the_rest(week, ada):
     client.force_login(ada)
     html = client.get("/ops/").content.decode()
 
-    assert html.index('data-testid="headline"') < html.index('<details class="section" id="capacity"')
+    assert html.index('data-testid="headline"') < html.index(
+        '<details class="section" id="capacity"'
+    )
     card = html[html.index('data-testid="headline-l4"') :]
     assert '<strong data-testid="allocated">37.5 %</strong> <small>last week 50.0 %</small>' in card
     assert '<strong data-testid="lost">41.100</strong>' in card
@@ -167,3 +169,14 @@ def test_ops_opens_on_the_headline_and_folds_the_rest(week, ada):
         "Edit reservation search-inference</a>"
     ) in html
     assert '<a class="button" href="/manage/policy/queues/training/">' in html
+
+
+def test_the_drain_link_fills_the_maintenance_form_and_drains_nothing(example_policy, ada):
+    client = Client()
+    client.force_login(ada)
+    html = client.get(
+        "/manage/maintenance/?nodes=h100-07&reason=make+room+for+1+%C3%97+8+GPUs"
+    ).content.decode()
+
+    assert 'value="h100-07"' in html
+    assert 'value="make room for 1 × 8 GPUs"' in html
