@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test lint format bench venv clean chromium ldap-build-deps slapd
+.PHONY: demo test lint format bench venv clean chromium ldap-build-deps slapd prometheus
 
 venv: $(STAMP)
 
@@ -46,8 +46,15 @@ demo: $(STAMP)
 	$(PY) manage.py seed_demo --jobs
 	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 
-test: $(STAMP) chromium slapd
+test: $(STAMP) chromium slapd prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The monitoring test starts Debian's Prometheus of its own (and checks the rules with its
+# promtool); install it when missing (as root). The package's own service is not used.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+		echo "installing prometheus for the monitoring test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 # The browser tests drive Debian's chromium package; install it when missing (as root).
 chromium:
