@@ -35,13 +35,30 @@ def _figure(title: str, **layout: object) -> Figure:
     # The title hangs from the top of the chart, so a title wrapped on a phone grows down into
     # the top margin (charts.js widens it) instead of over the plot.
     title_layout = {"text": title, "yref": "container", "y": 0.98, "yanchor": "top"}
-    return {"data": [], "layout": {**LAYOUT, "title": title_layout, **layout}}
+    # Axis labels take the room they need (a class under a day, a two-line time) instead of
+    # being cut off at the chart's bottom edge.
+    xaxis = {"automargin": True, **dict(layout.pop("xaxis", {}))}  # type: ignore[call-overload]
+    # The legend sits at the chart's bottom edge (not at a fraction of the plot's height,
+    # where it covered a two-level axis) and the plot makes room for it.
+    legend = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"}
+    return {
+        "data": [],
+        "layout": {
+            **LAYOUT,
+            "height": 360,
+            "margin": {**LAYOUT["margin"], "r": 24},  # type: ignore[dict-item]
+            "title": title_layout,
+            "xaxis": xaxis,
+            "legend": legend,
+            **layout,
+        },
+    }
 
 
 # Time axes say minutes or days, never a sub-second tick ("08:09:55.6375") when a series has
 # a single point and plotly zooms in on it.
-HOURLY_AXIS = {"type": "date", "tickformat": "%m-%d %H:%M", "nticks": 8}
-DAILY_AXIS = {"type": "date", "tickformat": "%m-%d", "dtick": 86_400_000}
+HOURLY_AXIS = {"type": "date", "tickformat": "%H:%M<br>%b %d", "nticks": 6, "tickangle": 0}
+DAILY_AXIS = {"type": "category", "categoryorder": "category ascending", "nticks": 7}
 
 
 def _bar(figure: Figure, **trace: object) -> None:
