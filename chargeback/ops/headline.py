@@ -387,6 +387,8 @@ def _slo(start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
     for name, submitted, admitted, target in Job.objects.filter(
         admitted_at__gte=start, admitted_at__lt=end, gpu_class__isnull=False
     ).values_list("gpu_class__name", "submitted_at", "admitted_at", "queue__expected_wait_target"):
+        if admitted is None:  # the filter admits no other
+            continue
         counts[name][0] += 1
         counts[name][1] += int(admitted - submitted <= target)
     return {k: (v[0], v[1]) for k, v in counts.items()}
@@ -453,14 +455,10 @@ def _reservation_weeks(
             state=JobState.PENDING,
             queue_id__in=queues_of.get(name, set()),
         )
-        count = (
-            sum(
-                1
-                for submitted, admitted in admitted_onto.values_list("submitted_at", "admitted_at")
-                if admitted - submitted >= WAITED_AT_LEAST
-            )
-            + still.count()
-        )
+        count = still.count()
+        for submitted, admitted in admitted_onto.values_list("submitted_at", "admitted_at"):
+            if admitted is not None and admitted - submitted >= WAITED_AT_LEAST:
+                count += 1
         weeks.append(
             ReservationWeek(
                 name=r.name,
