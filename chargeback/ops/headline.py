@@ -32,6 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from urllib.parse import urlencode
 
+from django.db.models import Max
 from django.urls import reverse
 
 from chargeback.ops.selectors import STATES, QueueWaits, capacity_over_time, queue_waits
@@ -528,6 +529,17 @@ def class_weeks(
     ]
 
 
+def _drains(now: datetime) -> list[DrainAdvice]:
+    """The engine's drain advice, only when the reconcile's latest minute has jobs waiting on
+    ``Fragmentation`` (otherwise there is none, and the page builds no snapshot)."""
+    latest = PendingSample.objects.aggregate(at=Max("at"))["at"]
+    if not PendingSample.objects.filter(
+        at=latest, code=str(ReasonCode.FRAGMENTATION), jobs__gt=0
+    ).exists():
+        return []
+    return drains_to_fit(snapshot_build(now=now, forecasts=False))
+
+
 def headline_read(*, now: datetime, prometheus: Prometheus | None) -> Headline:
     """The headline and the recommendations as of ``now``."""
     last_start, this_start, end = week_bounds(now)
@@ -564,7 +576,7 @@ def headline_read(*, now: datetime, prometheus: Prometheus | None) -> Headline:
                 for (team, name), v in sorted(duties.items())
             ]
         ),
-        *fragmentation_recommendations(drains_to_fit(snapshot_build(now=now, forecasts=False))),
+        *fragmentation_recommendations(_drains(now)),
         *wait_target_recommendations(queue_waits(since=this_start.date())),
     ]
     return Headline(this_start, end, rows, recommendations, duty_error)

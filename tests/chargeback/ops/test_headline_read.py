@@ -3,18 +3,23 @@ computation; and /ops/ showing it on top, with each recommendation's link."""
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from chargeback.ops.headline import headline_read
+from queues.cluster.adapter import Cluster
 from queues.models import (
+    CapabilityClass,
     CapacityHour,
     CapacitySample,
     GpuClass,
+    Job,
     JobEvent,
     JobState,
     PendingSample,
@@ -23,6 +28,7 @@ from queues.models import (
     Reservation,
     Team,
 )
+from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.history import hour_of
 from tests.chargeback.helpers import hold
 from tests.factories import JobFactory
@@ -180,3 +186,56 @@ def test_the_drain_link_fills_the_maintenance_form_and_drains_nothing(example_po
 
     assert 'value="h100-07"' in html
     assert 'value="make room for 1 × 8 GPUs"' in html
+
+
+def test_gpus_stranded_by_fragmentation_name_the_node_to_drain(sim_cluster, example_policy):
+    # examples/cluster.yaml: h100-01..04 in service, 8 GPUs each. Four batch jobs of 6 GPUs
+    # (one a node, each with a 1-hour limit) leave 2 free on each: 8 free, no 8-GPU slot. An
+    # 8-GPU job then waits on Fragmentation; the first node to drain is the one whose job ends
+    # first at its limit: h100-01's, started first.
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    batch = Queue.objects.get(name="batch")
+    fp8 = CapabilityClass.objects.get(name="fp8")
+
+    def submit(team, owner, gpus):
+        return JobFactory(
+            owner=get_user_model().objects.get(username=owner),
+            team=Team.objects.get(name=team),
+            queue=batch,
+            capability_class=fp8,
+            gpus_per_pod=gpus,
+            runtime_limit=timedelta(hours=1),
+            env={"SIM_DURATION_SECONDS": "3000"},
+        )
+
+    for team, owner in (
+        ("nlp", "noah"),
+        ("vision", "victor"),
+        ("research", "rita"),
+        ("nlp", "nina"),
+    ):
+        submit(team, owner, 6)
+        for _ in range(2):
+            reconcile_cycle(cluster=adapter, now=sim_cluster.now())
+            sim_cluster.advance(30)
+    waiting = submit("vision", "vera", 8)
+    for _ in range(2):
+        reconcile_cycle(cluster=adapter, now=sim_cluster.now())
+        sim_cluster.advance(5)
+    adapter.close()
+    waiting.refresh_from_db()
+    assert waiting.state == "pending"
+    assert waiting.pending_reasons[0]["code"] == "Fragmentation"
+    first = Job.objects.filter(state="running").order_by("started_at").first()
+    assert first is not None
+    now = sim_cluster.now()
+    minutes = math.ceil((first.started_at + timedelta(hours=1) - now) / timedelta(minutes=1))
+
+    recommendations = headline_read(now=now, prometheus=None).recommendations
+
+    [advice] = [r for r in recommendations if r.kind == "fragmentation"]
+    assert advice.text == (
+        f"8 h100-80gb GPUs free, no 8-GPU slot (1 job waiting) — drain {first.nodes[0]} for "
+        f"{minutes} min to make one"
+    )
+    assert advice.href.startswith(f"/manage/maintenance/?nodes={first.nodes[0]}&reason=")
