@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from chargeback.ops.headline import headline_read
 from queues.cluster.adapter import Cluster
+from queues.cluster.prometheus import Prometheus
 from queues.models import (
     CapabilityClass,
     CapacityHour,
@@ -31,6 +32,8 @@ from queues.models import (
 from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.history import hour_of
 from tests.chargeback.helpers import hold
+from tests.chargeback.ops.test_duty import run_jobs
+from tests.chargeback.ops.test_duty import submit as submit_at
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -239,3 +242,29 @@ def test_gpus_stranded_by_fragmentation_name_the_node_to_drain(sim_cluster, exam
         f"{minutes} min to make one"
     )
     assert advice.href.startswith(f"/manage/maintenance/?nodes={first.nodes[0]}&reason=")
+
+
+def test_big_gpus_mostly_idle_from_the_duty_cycle(sim_cluster, example_policy, mia):
+    # A vision pod on 2 GPUs for an hour at 12 %: 2 GPU-h, 0.24 busy → 12.0 % busy, and
+    # 1.76 GPU-h of idle allocation lost.
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    job = submit_at(mia, utilization="12", seconds=3600, gpus=2)
+    run_jobs(sim_cluster, adapter, [job], 3600)
+    adapter.close()
+    assert job.state == "succeeded"
+    name = job.gpu_class.name
+
+    headline = headline_read(
+        now=sim_cluster.now(), prometheus=Prometheus(f"{sim_cluster.url}/prometheus")
+    )
+
+    row = next(r for r in headline.rows if r.gpu_class == name)
+    assert row.this.busy_percent == D("12.0")
+    assert row.this.lost_parts["idle allocations"] == D("1.760")
+    assert headline.duty_error == ""
+    [advice] = [r for r in headline.recommendations if r.kind == "low-duty"]
+    assert advice.text == (
+        f"team vision: {name} jobs 12 % busy over 2.000 GPU-hours this week — a MIG or "
+        "time-sliced class would serve them"
+    )
+    assert advice.href == f"/manage/quotas/vision/{name}/"
