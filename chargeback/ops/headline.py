@@ -509,7 +509,11 @@ def class_weeks(
     classes: list[str],
     allowed: dict[int, set[str]],
     lines: list[DutyLine] | None,
+    *,
+    waits: bool = True,
 ) -> list[ClassWeek]:
+    """Each class's week; without ``waits`` the SLO and waiting figures stay zero (/metrics
+    exports only the GPU-hours lost, and reads no job or pending sample for them)."""
     capacity: dict[str, dict[str, Decimal]] = defaultdict(lambda: dict.fromkeys(STATES, ZERO))
     for period in capacity_over_time(start=start, end=end, bucket="day"):
         for state in STATES:
@@ -522,8 +526,8 @@ def class_weeks(
             sums[line.gpu_class][1] += line.idle_gpu_hours
         duty = {k: (v[0], v[1]) for k, v in sums.items()}
     stranded = _stranded(start, end, allowed)
-    waiting = _waiting(start, end, allowed)
-    slo = _slo(start, end)
+    waiting = _waiting(start, end, allowed) if waits else {}
+    slo = _slo(start, end) if waits else {}
     return [
         _class_week(name, start, end, capacity, stranded, duty, waiting, slo) for name in classes
     ]

@@ -261,7 +261,9 @@ class PortalCollector(Collector):
             labels=["gpu_class", "kind"],
         )
         _, week_start, week_end = week_bounds(self.now)
-        for week in class_weeks(week_start, week_end, classes, allowed_classes(), None):
+        for week in class_weeks(
+            week_start, week_end, classes, allowed_classes(), None, waits=False
+        ):
             for kind, value in (
                 ("preemption", week.preempted),
                 ("failures", week.failed),
