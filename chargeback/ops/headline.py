@@ -32,7 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from urllib.parse import urlencode
 
-from django.db.models import Max
+from django.db.models import Max, Min
 from django.urls import reverse
 
 from chargeback.ops.selectors import STATES, QueueWaits, capacity_over_time, queue_waits
@@ -43,6 +43,7 @@ from queues.admission.reasons import ReasonCode
 from queues.cluster.prometheus import Prometheus, PrometheusUnavailable
 from queues.jobs.duty import DutyLine, duty_lines
 from queues.models import (
+    CapacityHour,
     CapacitySample,
     GpuClass,
     Job,
@@ -58,6 +59,8 @@ from queues.reconcile.snapshot import snapshot_build
 WEEK = timedelta(days=7)
 # A reservation idle at least this share of its time in the week, while jobs waited, is advice.
 IDLE_RESERVATION_PERCENT = Decimal(50)
+# ... over at least this long in force while the portal watched (a new portal has minutes).
+MIN_RESERVATION_SPAN = timedelta(hours=1)
 # Pods on big GPUs busy less than this share of what they held are advice, once they held at
 # least LOW_DUTY_MIN_GPU_HOURS in the week (less is noise).
 LOW_DUTY_PERCENT = Decimal(30)
@@ -196,6 +199,8 @@ class ReservationWeek:
     reserved_gpu_hours: Decimal
     used_gpu_hours: Decimal
     jobs_waited: int
+    # how long of the week it was in force and watched (None: all of it)
+    span: timedelta | None = None
 
     @property
     def idle_gpu_hours(self) -> Decimal:
@@ -209,6 +214,8 @@ def reservation_recommendations(weeks: list[ReservationWeek]) -> list[Recommenda
     for r in sorted(weeks, key=lambda r: (-r.idle_gpu_hours, r.name)):
         if not r.reserved_gpu_hours or not r.jobs_waited:
             continue
+        if r.span is not None and r.span < MIN_RESERVATION_SPAN:
+            continue  # minutes of history say nothing about a reservation's week
         if r.idle_gpu_hours * 100 < IDLE_RESERVATION_PERCENT * r.reserved_gpu_hours:
             continue  # the threshold on the exact share, not the rounded one it prints
         share = whole_percent(r.idle_gpu_hours, r.reserved_gpu_hours)
@@ -216,8 +223,13 @@ def reservation_recommendations(weeks: list[ReservationWeek]) -> list[Recommenda
             Recommendation(
                 kind="reservation-idle",
                 text=(
-                    f"{r.name}: {amount_text(r.amount)} GPUs idle {share} % of the week while "
-                    f"{jobs_text(r.jobs_waited)} waited for {r.gpu_class} — lend it to "
+                    f"{r.name}: {amount_text(r.amount)} GPUs idle {share} % of "
+                    + (
+                        "the week"
+                        if r.span is None
+                        else f"the {format_duration(r.span)} it was in force this week"
+                    )
+                    + f" while {jobs_text(r.jobs_waited)} waited for {r.gpu_class} — lend it to "
                     "preemptible work or shrink it"
                 ),
                 action=f"Edit reservation {r.name}",
@@ -438,8 +450,15 @@ def _reservation_weeks(
     for queue_id, names in allowed.items():
         for name in names:
             queues_of[name].add(queue_id)
+    # Before the first capacity sample the portal watched nothing: no reservation sat idle
+    # then as far as it knows.
+    firsts = [
+        CapacitySample.objects.aggregate(at=Min("at"))["at"],
+        CapacityHour.objects.aggregate(at=Min("hour"))["at"],
+    ]
+    watched = min((f for f in firsts if f is not None), default=end)
     for r in reservations:
-        lo = max(r.starts_at or start, start)
+        lo = max(r.starts_at or start, start, watched)
         hi = min(r.ends_at or end, end)
         if hi <= lo:
             continue
@@ -468,9 +487,14 @@ def _reservation_weeks(
                 reserved_gpu_hours=round_hours(hours * Fraction(r.amount)),
                 used_gpu_hours=round_hours(used[r.pk]),
                 jobs_waited=count,
+                span=None if hi - lo == end - start else _minutes(hi - lo),
             )
         )
     return weeks
+
+
+def _minutes(span: timedelta) -> timedelta:
+    return timedelta(minutes=span // timedelta(minutes=1))
 
 
 def _class_week(

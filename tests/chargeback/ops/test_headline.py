@@ -199,3 +199,17 @@ def test_a_queue_past_its_target_is_advice_and_one_within_is_not():
     )
     assert rec.href == "/manage/policy/queues/training/"
     assert wait_target_recommendations([on_time]) == []
+
+
+def test_a_reservation_watched_part_of_the_week_says_how_long_and_minutes_say_nothing():
+    base = dict(name="t3-a100", gpu_class="a100", amount=D(8), used_gpu_hours=D(0), jobs_waited=1)
+    # watched for 2 h 30 min: 8 × 2.5 = 20 reserved GPU-h, all idle
+    [rec] = reservation_recommendations(
+        [ReservationWeek(**base, reserved_gpu_hours=D(20), span=timedelta(hours=2, minutes=30))]
+    )
+    assert rec.text == (
+        "t3-a100: 8 GPUs idle 100 % of the 2h30m it was in force this week while 1 job waited "
+        "for a100 — lend it to preemptible work or shrink it"
+    )
+    brief = ReservationWeek(**base, reserved_gpu_hours=D(8), span=timedelta(minutes=59))
+    assert reservation_recommendations([brief]) == []
