@@ -7,7 +7,7 @@ deep-copying them to serialize, took half the page's time."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -58,6 +58,18 @@ def _figure(title: str, **layout: object) -> Figure:
 # Time axes say minutes or days, never a sub-second tick ("08:09:55.6375") when a series has
 # a single point and plotly zooms in on it.
 HOURLY_AXIS = {"type": "date", "tickformat": "%H:%M<br>%b %d", "nticks": 6, "tickangle": 0}
+
+
+def _hourly_axis(hours: Sequence[datetime]) -> dict[str, Any]:
+    """The hourly time axis; a single hour is shown with the hour on each side, so that plotly
+    does not zoom into seconds and label every tick with the same minute."""
+    distinct = sorted(set(hours))
+    if len(distinct) != 1:
+        return HOURLY_AXIS
+    hour = timedelta(hours=1)
+    return {**HOURLY_AXIS, "range": [_stamp(distinct[0] - hour), _stamp(distinct[0] + hour)]}
+
+
 DAILY_AXIS = {"type": "category", "categoryorder": "category ascending", "nticks": 7}
 
 
@@ -99,7 +111,7 @@ def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -
     figure = _figure(
         title,
         yaxis={"title": "% of allocatable", "range": [0, 100]},
-        xaxis=HOURLY_AXIS if hourly else DAILY_AXIS,
+        xaxis=_hourly_axis([p.start for p in periods]) if hourly else DAILY_AXIS,
     )
     for gpu_class in sorted({p.gpu_class for p in periods}):
         mine = [p for p in periods if p.gpu_class == gpu_class]
@@ -163,7 +175,10 @@ def pending_now(rows: Sequence[tuple[str, str, int]]) -> Figure:
 
 
 def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figure:
-    figure = _figure("Pending by reason, hourly average", xaxis=HOURLY_AXIS)
+    figure = _figure(
+        "Pending by reason, hourly average",
+        xaxis=_hourly_axis([at for points in series.values() for at, _ in points]),
+    )
     for code, points in sorted(series.items()):
         _scatter(
             figure,
@@ -189,7 +204,7 @@ def fragmentation_now(samples: Sequence[CapacitySample]) -> Figure:
 
 
 def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
-    figure = _figure("Free GPUs vs 8-GPU slots, hourly", xaxis=HOURLY_AXIS)
+    figure = _figure("Free GPUs vs 8-GPU slots, hourly", xaxis=_hourly_axis([p.at for p in points]))
     for gpu_class in sorted({p.gpu_class for p in points}):
         mine = [p for p in points if p.gpu_class == gpu_class]
         x = [_stamp(p.at) for p in mine]
