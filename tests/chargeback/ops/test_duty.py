@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from queues.cluster.adapter import Cluster
 from queues.cluster.prometheus import Prometheus, PrometheusUnavailable, gpu_util_query
@@ -135,3 +136,20 @@ def test_a_job_page_shows_its_own_duty_cycle(sim_cluster_factory, example_policy
     assert '<dd data-testid="duty-busy">0.250 GPU-h</dd>' in html
     assert '<dd data-testid="duty-idle">0.750 GPU-h</dd>' in html
     cluster.close()
+
+
+def test_the_simulated_dcgm_exporter_serves_the_series_in_text_format(sim_cluster, cluster, mia):
+    job = submit(mia, utilization="0:40,600:5", seconds=3600, gpus=2)
+    for _ in range(3):
+        reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+        sim_cluster.advance(5)
+    job.refresh_from_db()
+
+    with urllib.request.urlopen(f"{sim_cluster.url}/dcgm/metrics") as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+
+    [family] = list(text_string_to_metric_families(text))
+    [sample] = [s for s in family.samples if s.labels["namespace"] == "team-vision"]
+    assert (family.name, family.type) == ("DCGM_FI_DEV_GPU_UTIL", "gauge")
+    assert sample.labels["pod"].startswith(job.k8s_job_name) and sample.value == 40.0
