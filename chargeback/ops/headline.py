@@ -32,7 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from urllib.parse import urlencode
 
-from django.db.models import Max, Min
+from django.db.models import Count, F, Max, Min, Q
 from django.urls import reverse
 
 from chargeback.ops.selectors import STATES, QueueWaits, capacity_over_time, queue_waits
@@ -395,16 +395,20 @@ def _waiting(start: datetime, end: datetime, allowed: dict[int, set[str]]) -> di
 
 def _slo(start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
     """Per class, (jobs admitted onto it in the week, those whose wait met their queue's
-    target)."""
-    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for name, submitted, admitted, target in Job.objects.filter(
-        admitted_at__gte=start, admitted_at__lt=end, gpu_class__isnull=False
-    ).values_list("gpu_class__name", "submitted_at", "admitted_at", "queue__expected_wait_target"):
-        if admitted is None:  # the filter admits no other
-            continue
-        counts[name][0] += 1
-        counts[name][1] += int(admitted - submitted <= target)
-    return {k: (v[0], v[1]) for k, v in counts.items()}
+    target), counted by the database."""
+    rows = (
+        Job.objects.filter(admitted_at__gte=start, admitted_at__lt=end, gpu_class__isnull=False)
+        .values("gpu_class__name")
+        .annotate(
+            admitted=Count("id"),
+            within=Count(
+                "id",
+                filter=Q(admitted_at__lte=F("submitted_at") + F("queue__expected_wait_target")),
+            ),
+        )
+        .order_by()
+    )
+    return {row["gpu_class__name"]: (row["admitted"], row["within"]) for row in rows}
 
 
 def _gpu_hours(
@@ -423,6 +427,25 @@ def _gpu_hours(
         held // timedelta(microseconds=1) * devices * numerator,
         MICROSECONDS_PER_HOUR * denominator,
     )
+
+
+def _jobs_waited(gpu_class: str, lo: datetime, hi: datetime, queue_ids: set[int]) -> int:
+    """Jobs that waited for ``gpu_class`` in [``lo``, ``hi``): admitted onto it there after
+    waiting at least ``WAITED_AT_LEAST``, or still waiting in a queue that allows it (submitted
+    at least that long before ``hi``). Counted by the database."""
+    admitted = Job.objects.filter(
+        gpu_class__name=gpu_class,
+        admitted_at__gt=lo,
+        admitted_at__lt=hi,
+        admitted_at__gte=F("submitted_at") + WAITED_AT_LEAST,
+    ).count()
+    waiting = Job.objects.filter(
+        state=JobState.PENDING,
+        admitted_at__isnull=True,
+        submitted_at__lt=hi - WAITED_AT_LEAST,
+        queue_id__in=queue_ids,
+    ).count()
+    return admitted + waiting
 
 
 def _reservation_weeks(
@@ -446,6 +469,7 @@ def _reservation_weeks(
         )
     ):
         used[rid] += _gpu_hours(started, ended, start, end, devices, numerator, denominator)
+    waited_counts: dict[tuple[str, datetime, datetime], int] = {}
     queues_of: dict[str, set[int]] = defaultdict(set)
     for queue_id, names in allowed.items():
         for name in names:
@@ -464,21 +488,10 @@ def _reservation_weeks(
             continue
         hours = Fraction((hi - lo) // timedelta(microseconds=1), MICROSECONDS_PER_HOUR)
         name = r.gpu_class.name
-        # Jobs that waited for the class in the window: admitted onto it after a wait, or
-        # still waiting (now, or until they ended otherwise) in a queue that allows it.
-        waited = Job.objects.filter(submitted_at__lt=hi - WAITED_AT_LEAST).exclude(
-            admitted_at__lte=lo
-        )
-        admitted_onto = waited.filter(gpu_class__name=name, admitted_at__isnull=False)
-        still = waited.filter(
-            admitted_at__isnull=True,
-            state=JobState.PENDING,
-            queue_id__in=queues_of.get(name, set()),
-        )
-        count = still.count()
-        for submitted, admitted in admitted_onto.values_list("submitted_at", "admitted_at"):
-            if admitted is not None and admitted - submitted >= WAITED_AT_LEAST:
-                count += 1
+        key = (name, lo, hi)
+        if key not in waited_counts:
+            waited_counts[key] = _jobs_waited(name, lo, hi, queues_of.get(name, set()))
+        count = waited_counts[key]
         weeks.append(
             ReservationWeek(
                 name=r.name,
