@@ -32,7 +32,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from urllib.parse import urlencode
 
-from django.db.models import Count, F, Max, Min, Q
+from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Sum
 from django.urls import reverse
 
 from chargeback.ops.selectors import STATES, QueueWaits, capacity_over_time, queue_waits
@@ -357,22 +357,23 @@ def allowed_classes() -> dict[int, set[str]]:
     return allowed
 
 
-def _stranded(start: datetime, end: datetime, allowed: dict[int, set[str]]) -> dict[str, Decimal]:
+def _stranded(start: datetime, end: datetime) -> dict[str, Decimal]:
     """Free GPU-hours per class in the minutes when a job waited on ``Fragmentation`` in a
-    queue that allows the class."""
-    blocked: dict[datetime, set[str]] = defaultdict(set)
-    for at, queue_id in PendingSample.objects.filter(
-        at__gte=start, at__lt=end, code=str(ReasonCode.FRAGMENTATION), jobs__gt=0
-    ).values_list("at", "queue_id"):
-        blocked[at] |= allowed.get(queue_id, set())
-    sums: dict[str, Decimal] = defaultdict(Decimal)
-    if blocked:
-        for at, name, free in CapacitySample.objects.filter(at__in=sorted(blocked)).values_list(
-            "at", "gpu_class__name", "free"
-        ):
-            if name in blocked[at]:
-                sums[name] += free
-    return {k: (v / 60).quantize(ZERO) for k, v in sums.items()}
+    queue that allows the class (summed by the database)."""
+    blocked = PendingSample.objects.filter(
+        at=OuterRef("at"),
+        code=str(ReasonCode.FRAGMENTATION),
+        jobs__gt=0,
+        queue__allowed_gpu_classes=OuterRef("gpu_class"),
+    )
+    rows = (
+        CapacitySample.objects.filter(at__gte=start, at__lt=end)
+        .filter(Exists(blocked))
+        .values("gpu_class__name")
+        .annotate(free=Sum("free"))
+        .order_by()
+    )
+    return {row["gpu_class__name"]: (row["free"] / 60).quantize(ZERO) for row in rows}
 
 
 def _waiting(start: datetime, end: datetime, allowed: dict[int, set[str]]) -> dict[str, Decimal]:
@@ -382,11 +383,14 @@ def _waiting(start: datetime, end: datetime, allowed: dict[int, set[str]]) -> di
         CapacitySample.objects.filter(at__gte=start, at__lt=end).values("at").distinct().count()
     )
     sums: dict[str, int] = defaultdict(int)
-    for queue_id, jobs in PendingSample.objects.filter(at__gte=start, at__lt=end).values_list(
-        "queue_id", "jobs"
+    for row in (
+        PendingSample.objects.filter(at__gte=start, at__lt=end)
+        .values("queue_id")
+        .annotate(jobs=Sum("jobs"))
+        .order_by()
     ):
-        for name in allowed.get(queue_id, set()):
-            sums[name] += jobs
+        for name in allowed.get(row["queue_id"], set()):
+            sums[name] += row["jobs"]
     return {
         k: (Decimal(v) / minutes).quantize(Decimal("0.1")) if minutes else Decimal("0.0")
         for k, v in sums.items()
@@ -562,7 +566,7 @@ def class_weeks(
             sums[line.gpu_class][0] += line.busy_gpu_hours
             sums[line.gpu_class][1] += line.idle_gpu_hours
         duty = {k: (v[0], v[1]) for k, v in sums.items()}
-    stranded = _stranded(start, end, allowed)
+    stranded = _stranded(start, end)
     waiting = _waiting(start, end, allowed) if waits else {}
     slo = _slo(start, end) if waits else {}
     return [
