@@ -183,6 +183,7 @@ class Waste:
     team: str
     preempted_gpu_hours: Decimal
     failed_gpu_hours: Decimal
+    gpu_class: str = ""  # with ``by_class`` only
 
 
 def waste_by_team(
@@ -191,48 +192,50 @@ def waste_by_team(
     end: datetime,
     now: datetime,
     team_ids: list[int] | None,
-    gpu_class: str | None = None,
+    by_class: bool = False,
 ) -> list[Waste]:
-    """Only ``gpu_class``'s waste when given (the /ops/ headline's per-class figures)."""
-    preempted: dict[str, Fraction] = {}
+    """Per team (and GPU class, with ``by_class``: the /ops/ headline's per-class figures; a
+    preempted job's class is the one its usage intervals held)."""
+    preempted: dict[tuple[str, str], Fraction] = {}
     events = JobEvent.objects.filter(kind="preempted", at__gte=start, at__lt=min(end, now))
     if team_ids is not None:
         events = events.filter(job__team_id__in=team_ids)
-    if gpu_class is not None:
-        events = events.filter(job__gpu_class__name=gpu_class)
     events_list = list(events.select_related("job__team"))
     # A job's GPU-equivalents: its pods' devices × share, from its usage intervals.
     shares: dict[int, Fraction] = {}
-    for job_id, devices, numerator, denominator in UsageInterval.objects.filter(
+    classes: dict[int, str] = {}
+    for job_id, devices, numerator, denominator, class_name in UsageInterval.objects.filter(
         job_id__in={e.job_id for e in events_list}
-    ).values_list("job_id", "devices", "share_numerator", "share_denominator"):
+    ).values_list("job_id", "devices", "share_numerator", "share_denominator", "gpu_class__name"):
         shares.setdefault(job_id, Fraction(devices * numerator, denominator))
+        classes.setdefault(job_id, class_name)
     for event in events_list:
         lost = Fraction(int(event.details.get("lost_work_seconds", 0) or 0), 3600)
         job: Job = event.job
         gpu_eq = shares.get(job.pk, Fraction(0)) * job.pods
-        preempted[job.team.name] = preempted.get(job.team.name, Fraction(0)) + lost * gpu_eq
+        key = (job.team.name, classes.get(job.pk, "") if by_class else "")
+        preempted[key] = preempted.get(key, Fraction(0)) + lost * gpu_eq
     failed = statement(
         start=start,
         end=end,
         now=now,
-        group_by=("team",) if gpu_class is None else ("team", "gpu_class"),
+        group_by=("team", "gpu_class") if by_class else ("team",),
         team_ids=team_ids,
         job_states=[JobState.FAILED],
     )
-    failed_by_team: dict[str, Decimal] = {}
-    for line in failed.lines:
-        if gpu_class is None or line.key.get("gpu_class") == gpu_class:
-            team = line.key["team"]
-            failed_by_team[team] = failed_by_team.get(team, Decimal("0.000")) + line.gpu_hours
-    teams = sorted(set(preempted) | set(failed_by_team))
+    failed_by_key = {
+        (line.key["team"], line.key["gpu_class"] if by_class else ""): line.gpu_hours
+        for line in failed.lines
+    }
+    keys = sorted(set(preempted) | set(failed_by_key))
     return [
         Waste(
             team=team,
-            preempted_gpu_hours=round_hours(preempted.get(team, Fraction(0))),
-            failed_gpu_hours=failed_by_team.get(team, Decimal("0.000")),
+            preempted_gpu_hours=round_hours(preempted.get((team, gpu_class), Fraction(0))),
+            failed_gpu_hours=failed_by_key.get((team, gpu_class), Decimal("0.000")),
+            gpu_class=gpu_class,
         )
-        for team in teams
+        for team, gpu_class in keys
     ]
 
 

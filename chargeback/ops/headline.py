@@ -36,7 +36,7 @@ from django.db.models import Count, Exists, F, Max, Min, OuterRef, Q, Sum
 from django.urls import reverse
 
 from chargeback.ops.selectors import STATES, QueueWaits, capacity_over_time, queue_waits
-from chargeback.selectors import waste_by_team
+from chargeback.selectors import Waste, waste_by_team
 from portal.formatting import format_duration
 from queues.admission.drain import DrainAdvice, drains_to_fit
 from queues.admission.reasons import ReasonCode
@@ -516,16 +516,15 @@ def _minutes(span: timedelta) -> timedelta:
 
 def _class_week(
     name: str,
-    start: datetime,
-    end: datetime,
     capacity: dict[str, dict[str, Decimal]],
     stranded: dict[str, Decimal],
     duty: dict[str, tuple[Decimal, Decimal]] | None,
     waiting: dict[str, Decimal],
     slo: dict[str, tuple[int, int]],
+    wastes: list[Waste],
 ) -> ClassWeek:
     hours = capacity.get(name, dict.fromkeys(STATES, ZERO))
-    waste = waste_by_team(start=start, end=end, now=end, team_ids=None, gpu_class=name)
+    waste = [w for w in wastes if w.gpu_class == name]
     admitted, within = slo.get(name, (0, 0))
     busy_idle = (duty or {}).get(name, (ZERO, ZERO)) if duty is not None else None
     return ClassWeek(
@@ -569,9 +568,9 @@ def class_weeks(
     stranded = _stranded(start, end)
     waiting = _waiting(start, end, allowed) if waits else {}
     slo = _slo(start, end) if waits else {}
-    return [
-        _class_week(name, start, end, capacity, stranded, duty, waiting, slo) for name in classes
-    ]
+    # chargeback's waste rule, once for the week, by team and class
+    wastes = waste_by_team(start=start, end=end, now=end, team_ids=None, by_class=True)
+    return [_class_week(name, capacity, stranded, duty, waiting, slo, wastes) for name in classes]
 
 
 def _drains(now: datetime) -> list[DrainAdvice]:
