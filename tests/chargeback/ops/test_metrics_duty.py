@@ -7,9 +7,11 @@ from datetime import timedelta
 
 import pytest
 
+from portal.celery import app
 from queues.cluster.adapter import Cluster
 from queues.cluster.prometheus import Prometheus
 from queues.jobs.duty import duty_count
+from queues.jobs.tasks import duty_count_task
 from queues.models import MaintenanceState, Node
 from queues.reconcile.cycle import reconcile_cycle
 from tests.chargeback.ops.test_duty import run_jobs, submit
@@ -74,3 +76,14 @@ def test_the_duty_cycle_is_counted_once_by_class_and_team(sim_cluster, cluster, 
     key = (("gpu_class", job.gpu_class.name), ("team", "vision"))
     assert found[("gpuportal_gpu_allocated_seconds_total", key)] == pytest.approx(7200, abs=4)
     assert found[("gpuportal_gpu_busy_seconds_total", key)] == pytest.approx(1800, abs=4)
+
+
+def test_beat_counts_the_duty_cycle_with_a_registered_task(settings, sim_cluster, example_policy):
+    app.loader.import_default_modules()
+    assert all(entry["task"] in app.tasks for entry in settings.CELERY_BEAT_SCHEDULE.values())
+    assert settings.CELERY_BEAT_SCHEDULE["duty-count"]["task"] == "queues.duty_count"
+
+    settings.PROMETHEUS_URL = ""
+    assert duty_count_task() == "PROMETHEUS_URL is not set"
+    settings.PROMETHEUS_URL = f"{sim_cluster.url}/prometheus"
+    assert duty_count_task() == "counted 300 s"  # the first count looks 5 minutes back
