@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo test test-slow lint format bench venv clean chromium ldap-build-deps slapd
+.PHONY: demo test test-slow lint format bench venv clean chromium ldap-build-deps slapd prometheus
 
 venv: $(STAMP)
 
@@ -46,13 +46,20 @@ demo: $(STAMP)
 	$(PY) manage.py seed_demo --jobs
 	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 
-test: $(STAMP) chromium slapd
+test: $(STAMP) chromium slapd prometheus
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The admission engine's properties with the ``slow`` hypothesis profile: at least 2,000
 # examples each instead of 200 (CI runs the normal profile). Tens of minutes on 2 cores.
 test-slow: $(STAMP)
 	$(PY) -m pytest --hypothesis-profile=slow tests/queues/admission $(PYTEST_ARGS)
+
+# The monitoring test starts Debian's Prometheus of its own (and checks the rules with its
+# promtool); install it when missing (as root). The package's own service is not used.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+		echo "installing prometheus for the monitoring test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 # The browser tests drive Debian's chromium package; install it when missing (as root).
 chromium:

@@ -405,10 +405,13 @@ def waste_by_team(
     now: datetime,
     team_ids: list[int] | None,
     prometheus: Any | None = None,
+    by_class: bool = False,
 ) -> list[Waste]:
-    """``waste_lines`` summed per team (see ``waste_team_sums``)."""
+    """``waste_lines`` summed per team (see ``waste_team_sums``), or per team and GPU class with
+    ``by_class`` (the /ops/ headline's per-class figures)."""
     return waste_team_sums(
-        waste_lines(start=start, end=end, now=now, team_ids=team_ids, prometheus=prometheus)
+        waste_lines(start=start, end=end, now=now, team_ids=team_ids, prometheus=prometheus),
+        by_class=by_class,
     )
 
 
@@ -418,22 +421,24 @@ def measured_idle(rows: Iterable[Waste]) -> Decimal | None:
     return sum(measured, Decimal("0.000")) if measured else None
 
 
-def waste_team_sums(lines: Iterable[Waste]) -> list[Waste]:
-    """Waste lines summed per team (queue and class empty): sums of the rounded lines; idle
-    the sum of the measured lines' (None when none is measured)."""
-    teams: dict[str, list[Waste]] = {}
+def waste_team_sums(lines: Iterable[Waste], *, by_class: bool = False) -> list[Waste]:
+    """Waste lines summed per team (queue and class empty), or per team and class with
+    ``by_class``: sums of the rounded lines; idle the sum of the measured lines' (None when none
+    is measured)."""
+    groups: dict[tuple[str, str], list[Waste]] = {}
     for line in lines:
-        teams.setdefault(line.team, []).append(line)
+        groups.setdefault((line.team, line.gpu_class if by_class else ""), []).append(line)
     zero = Decimal("0.000")
     return [
         Waste(
             team=team,
+            gpu_class=gpu_class,
             preempted_gpu_hours=sum((w.preempted_gpu_hours for w in rows), zero),
             drained_gpu_hours=sum((w.drained_gpu_hours for w in rows), zero),
             failed_gpu_hours=sum((w.failed_gpu_hours for w in rows), zero),
             idle_gpu_hours=measured_idle(rows),
         )
-        for team, rows in sorted(teams.items())
+        for (team, gpu_class), rows in sorted(groups.items())
     ]
 
 

@@ -394,6 +394,8 @@ CHARGEBACK_CLOSE_GRACE_HOURS = env.int("CHARGEBACK_CLOSE_GRACE_HOURS", default=7
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "queues.reconcile", "schedule": RECONCILE_INTERVAL_SECONDS},
     "close-previous-period": {"task": "chargeback.close_previous_period", "schedule": 3600.0},
+    # the duty-cycle counters of /metrics (does nothing without PROMETHEUS_URL)
+    "duty-count": {"task": "queues.duty_count", "schedule": 300.0},
 }
 
 # --- The cluster -------------------------------------------------------------------------------

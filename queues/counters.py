@@ -22,6 +22,17 @@ CLUSTER_API_ERRORS = "cluster_api_errors"
 CELERY_TASK_FAILURES = "celery_task_failures"
 RECONCILE_CYCLE_SECONDS = "reconcile_cycle_seconds"
 QUEUE_WAIT_SECONDS = "queue_wait_seconds"
+# The duty cycle: GPU-seconds the portal's pods held and those DCGM saw busy, labelled
+# "<gpu class>|<team>" (queues.jobs.duty.duty_count); and how far they are counted (Unix time,
+# not exported).
+GPU_ALLOCATED_SECONDS = "gpu_allocated_seconds"
+GPU_BUSY_SECONDS = "gpu_busy_seconds"
+DUTY_COUNTED_UNTIL = "duty_counted_until"
+
+# Label values exported at zero before the first one is counted, so that increase() sees the
+# first error (a series that appears at 1 has no increase). Others appear when first counted.
+RECONCILE_ERROR_KINDS = ("ApiException", "DatabaseError", "OperationalError", "MaxRetryError")
+CLUSTER_API_ERROR_KINDS = ("connection", "http_401", "http_403", "http_429", "http_500", "http_503")
 
 # Upper bounds of the histograms' buckets, in seconds (the last one is +Inf).
 CYCLE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -5,7 +5,11 @@ labels) and a Prometheus that scrapes it answers:
     GET /prometheus/api/v1/query?query=…&time=…
     GET /prometheus/api/v1/query_range?query=…&start=…&end=…&step=…
 
-(so ``PROMETHEUS_URL`` is ``<sim url>/prometheus``). Answers have Prometheus' shape:
+(so ``PROMETHEUS_URL`` is ``<sim url>/prometheus``). The series themselves are also served as
+the DCGM exporter serves them, for a real Prometheus to scrape (``exposition``)::
+
+    GET /dcgm/metrics   DCGM_FI_DEV_GPU_UTIL{gpu, Hostname, namespace, pod} now, text format
+ Answers have Prometheus' shape:
 ``{"status": "success", "data": {"resultType": "vector"|"matrix", "result": […]}}``, and a query
 it cannot answer is 400 ``{"status": "error", "errorType": "bad_data", "error": …}``.
 
@@ -118,6 +122,25 @@ def _time(text: str | None, default: datetime, name: str) -> datetime:
     if not math.isfinite(value):
         raise BadQuery(f'invalid parameter "{name}": not a finite timestamp')
     return datetime.fromtimestamp(value, UTC)
+
+
+def _label_text(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def exposition(cluster: SimCluster) -> str:
+    """What NVIDIA's DCGM exporter answers on ``/metrics`` now: each GPU pod's utilization,
+    in Prometheus' text format (version 0.0.4)."""
+    lines = [
+        f"# HELP {METRIC} GPU utilization (in %).",
+        f"# TYPE {METRIC} gauge",
+    ]
+    for labels, value in sorted(
+        cluster.gpu_utilization(cluster.now(), None), key=lambda s: sorted(s[0].items())
+    ):
+        text = ",".join(f'{k}="{_label_text(v)}"' for k, v in sorted(labels.items()))
+        lines.append(f"{METRIC}{{{text}}} {_number(value)}")
+    return "\n".join(lines) + "\n"
 
 
 def _number(value: float) -> str:

@@ -21,6 +21,7 @@ Served paths (``{ns}`` a namespace)::
 The side API for people and out-of-process tests (same bearer token)::
 
     GET    /prometheus/api/v1/query[_range]   DCGM_FI_DEV_GPU_UTIL per pod (simcluster.prometheus)
+    GET    /dcgm/metrics               the same series as the DCGM exporter serves them (no token)
     GET    /sim/state                  time, speed, GPU use per node, pods per phase
     POST   /sim/clock  {"advance": s}  move the clock forward s seconds
     POST   /sim/faults {"kind": …}     inject a fault (see docs/simulated-cluster.md)
@@ -282,6 +283,16 @@ class _Handler(BaseHTTPRequestHandler):
                     self.cluster, path.removeprefix("/prometheus"), query
                 )
                 self._send(Response(status, answer))
+                return
+            if path == "/dcgm/metrics" and method == "GET":
+                # The simulated DCGM exporter itself, for a real Prometheus: no token either.
+                self._send(
+                    Response(
+                        200,
+                        prometheus.exposition(self.cluster),
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )
+                )
                 return
             if not self._authorized():
                 raise ApiError(401, "Unauthorized")

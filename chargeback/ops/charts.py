@@ -7,7 +7,7 @@ deep-copying them to serialize, took half the page's time."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +32,45 @@ Figure = dict[str, Any]
 
 
 def _figure(title: str, **layout: object) -> Figure:
-    return {"data": [], "layout": {**LAYOUT, "title": {"text": title}, **layout}}
+    # The title hangs from the top of the chart, so a title wrapped on a phone grows down into
+    # the top margin (charts.js widens it) instead of over the plot.
+    title_layout = {"text": title, "yref": "container", "y": 0.98, "yanchor": "top"}
+    # Axis labels take the room they need (a class under a day, a two-line time) instead of
+    # being cut off at the chart's bottom edge.
+    xaxis = {"automargin": True, **dict(layout.pop("xaxis", {}))}  # type: ignore[call-overload]
+    # The legend sits at the chart's bottom edge (not at a fraction of the plot's height,
+    # where it covered a two-level axis) and the plot makes room for it.
+    legend = {"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom"}
+    return {
+        "data": [],
+        "layout": {
+            **LAYOUT,
+            "height": 360,
+            "margin": {**LAYOUT["margin"], "r": 24},  # type: ignore[dict-item]
+            "title": title_layout,
+            "xaxis": xaxis,
+            "legend": legend,
+            **layout,
+        },
+    }
+
+
+# Time axes say minutes or days, never a sub-second tick ("08:09:55.6375") when a series has
+# a single point and plotly zooms in on it.
+HOURLY_AXIS = {"type": "date", "tickformat": "%H:%M<br>%b %d", "nticks": 6, "tickangle": 0}
+
+
+def _hourly_axis(hours: Sequence[datetime]) -> dict[str, Any]:
+    """The hourly time axis; a single hour is shown with the hour on each side, so that plotly
+    does not zoom into seconds and label every tick with the same minute."""
+    distinct = sorted(set(hours))
+    if len(distinct) != 1:
+        return HOURLY_AXIS
+    hour = timedelta(hours=1)
+    return {**HOURLY_AXIS, "range": [_stamp(distinct[0] - hour), _stamp(distinct[0] + hour)]}
+
+
+DAILY_AXIS = {"type": "category", "categoryorder": "category ascending", "nticks": 7}
 
 
 def _bar(figure: Figure, **trace: object) -> None:
@@ -70,7 +108,11 @@ def capacity_over_time(periods: Sequence[CapacityPeriod]) -> Figure:
 
 
 def allocation(periods: Sequence[CapacityPeriod], *, title: str, hourly: bool) -> Figure:
-    figure = _figure(title, yaxis={"title": "% of allocatable", "range": [0, 100]})
+    figure = _figure(
+        title,
+        yaxis={"title": "% of allocatable", "range": [0, 100]},
+        xaxis=_hourly_axis([p.start for p in periods]) if hourly else DAILY_AXIS,
+    )
     for gpu_class in sorted({p.gpu_class for p in periods}):
         mine = [p for p in periods if p.gpu_class == gpu_class]
         _scatter(
@@ -92,12 +134,22 @@ def waits(rows: Sequence[QueueWaits]) -> Figure:
 
     _bar(figure, name="p50", x=queues, y=minutes([r.wait_p50 for r in rows]))
     _bar(figure, name="p90", x=queues, y=minutes([r.wait_p90 for r in rows]))
-    _scatter(figure, name="target", x=queues, y=minutes([r.target for r in rows]), mode="markers")
+    # A wide dark bar across each queue's slot: visible over the p50 and p90 bars.
+    _scatter(
+        figure,
+        name="target",
+        x=queues,
+        y=minutes([r.target for r in rows]),
+        mode="markers",
+        marker={"symbol": "line-ew", "size": 36, "line": {"width": 3, "color": "#b42318"}},
+    )
     return figure
 
 
 def slo(rows: Sequence[QueueWaits]) -> Figure:
-    figure = _figure("Started within target (% per day)", yaxis={"range": [0, 100]})
+    figure = _figure(
+        "Started within target (% per day)", yaxis={"range": [0, 100]}, xaxis=DAILY_AXIS
+    )
     for row in rows:
         _scatter(
             figure,
@@ -123,7 +175,10 @@ def pending_now(rows: Sequence[tuple[str, str, int]]) -> Figure:
 
 
 def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figure:
-    figure = _figure("Pending by reason, hourly average")
+    figure = _figure(
+        "Pending by reason, hourly average",
+        xaxis=_hourly_axis([at for points in series.values() for at, _ in points]),
+    )
     for code, points in sorted(series.items()):
         _scatter(
             figure,
@@ -149,7 +204,7 @@ def fragmentation_now(samples: Sequence[CapacitySample]) -> Figure:
 
 
 def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
-    figure = _figure("Free GPUs vs 8-GPU slots, hourly")
+    figure = _figure("Free GPUs vs 8-GPU slots, hourly", xaxis=_hourly_axis([p.at for p in points]))
     for gpu_class in sorted({p.gpu_class for p in points}):
         mine = [p for p in points if p.gpu_class == gpu_class]
         x = [_stamp(p.at) for p in mine]

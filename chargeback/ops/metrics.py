@@ -5,6 +5,7 @@ error counts and Celery's failure signal add to from any process (``queues.count
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -19,6 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from chargeback.budgets import BudgetCollector
+from chargeback.ops.headline import allowed_classes, class_weeks, week_bounds
 from chargeback.ops.selectors import (
     STATES,
     capacity_now,
@@ -28,19 +30,30 @@ from chargeback.ops.selectors import (
     pending_by_queue_reason,
     running_by_class_team,
 )
+from portal.celery import app as celery_app
 from queues.counters import (
     CELERY_TASK_FAILURES,
+    CLUSTER_API_ERROR_KINDS,
     CLUSTER_API_ERRORS,
     CYCLE_BUCKETS,
+    GPU_ALLOCATED_SECONDS,
+    GPU_BUSY_SECONDS,
     INF,
     QUEUE_WAIT_SECONDS,
     RECONCILE_CYCLE_SECONDS,
+    RECONCILE_ERROR_KINDS,
     RECONCILE_ERRORS,
     WAIT_BUCKETS,
 )
-from queues.models import Queue, QueueStats, TeamStats
+from queues.models import GpuClass, MaintenanceState, Node, Queue, QueueStats, Team, TeamStats
 
 PREFIX = "gpuportal"
+NODE_STATES = (
+    "in_service",
+    MaintenanceState.CORDONED.value,
+    MaintenanceState.DRAINING.value,
+    "unhealthy",
+)
 
 
 def _histogram(
@@ -67,12 +80,39 @@ def _histogram(
 
 
 def _counter(
-    name: str, documentation: str, label: str, values: dict[str, float]
+    name: str,
+    documentation: str,
+    label: str,
+    values: dict[str, float],
+    known: tuple[str, ...] = (),
 ) -> CounterMetricFamily:
+    """A counter by ``label``; the ``known`` label values are exported at zero until counted,
+    so that increase() sees their first count."""
     family = CounterMetricFamily(name, documentation, labels=[label])
-    for key, value in sorted(values.items()):
+    for key, value in sorted({**dict.fromkeys(known, 0.0), **values}.items()):
         family.add_metric([key], value)
     return family
+
+
+def _class_team_counter(
+    name: str, documentation: str, values: dict[str, float], classes: list[str], teams: list[str]
+) -> CounterMetricFamily:
+    """A counter by GPU class and team (stored as "<class>|<team>"), every active class × team
+    exported from zero."""
+    family = CounterMetricFamily(name, documentation, labels=["gpu_class", "team"])
+    keys = {f"{c}|{t}": 0.0 for c in classes for t in teams}
+    for key, value in sorted({**keys, **values}.items()):
+        gpu_class, _, team = key.partition("|")
+        family.add_metric([gpu_class, team], value)
+    return family
+
+
+@functools.cache
+def _portal_tasks() -> tuple[str, ...]:
+    """The portal's own Celery task names (its failures are exported from zero): the modules
+    the app autodiscovers are imported first, as a worker does when it starts."""
+    celery_app.loader.import_default_modules()
+    return tuple(sorted(n for n in celery_app.tasks if not n.startswith(("celery.", "tests."))))
 
 
 class PortalCollector(Collector):
@@ -179,19 +219,75 @@ class PortalCollector(Collector):
             "Reconcile cycles that failed, by exception.",
             "kind",
             stored.get(RECONCILE_ERRORS, {}),
+            RECONCILE_ERROR_KINDS,
         )
         yield _counter(
             f"{PREFIX}_cluster_api_errors",
             "Failed requests to the cluster's API, by kind (connection, http_<status>).",
             "kind",
             stored.get(CLUSTER_API_ERRORS, {}),
+            CLUSTER_API_ERROR_KINDS,
         )
         yield _counter(
             f"{PREFIX}_celery_task_failures",
             "Celery tasks that failed, by task.",
             "task",
             stored.get(CELERY_TASK_FAILURES, {}),
+            _portal_tasks(),
         )
+
+        classes = list(GpuClass.objects.active().order_by("name").values_list("name", flat=True))
+        teams = list(Team.objects.active().order_by("name").values_list("name", flat=True))
+        yield _class_team_counter(
+            f"{PREFIX}_gpu_allocated_seconds",
+            "GPU-seconds the portal's pods held (GPU-equivalents × seconds), by GPU class and "
+            "team: the duty cycle's denominator (counted every few minutes with Prometheus).",
+            stored.get(GPU_ALLOCATED_SECONDS, {}),
+            classes,
+            teams,
+        )
+        yield _class_team_counter(
+            f"{PREFIX}_gpu_busy_seconds",
+            "Of those, the GPU-seconds DCGM saw busy (held × average GPU utilization).",
+            stored.get(GPU_BUSY_SECONDS, {}),
+            classes,
+            teams,
+        )
+
+        lost = GaugeMetricFamily(
+            f"{PREFIX}_gpu_hours_lost",
+            "GPU-hours lost over the last 7 days (/ops/'s headline week) by GPU class and kind: "
+            "preemption, failures, reserved_idle, stranded (idle allocations: allocated minus "
+            "busy seconds).",
+            labels=["gpu_class", "kind"],
+        )
+        _, week_start, week_end = week_bounds(self.now)
+        for week in class_weeks(
+            week_start, week_end, classes, allowed_classes(), None, waits=False
+        ):
+            for kind, value in (
+                ("preemption", week.preempted),
+                ("failures", week.failed),
+                ("reserved_idle", week.reserved_idle),
+                ("stranded", week.stranded),
+            ):
+                lost.add_metric([week.gpu_class, kind], float(value))
+        yield lost
+
+        nodes = GaugeMetricFamily(
+            f"{PREFIX}_nodes",
+            "GPU nodes by GPU class and state (in_service, cordoned, draining, unhealthy).",
+            labels=["gpu_class", "state"],
+        )
+        counts = {(c, s): 0 for c in classes for s in NODE_STATES}
+        for name, healthy, maintenance in Node.objects.filter(
+            gpu_class__name__in=classes
+        ).values_list("gpu_class__name", "healthy", "maintenance"):
+            state = "unhealthy" if not healthy else maintenance or "in_service"
+            counts[(name, state)] += 1
+        for (name, state), count in sorted(counts.items()):
+            nodes.add_metric([name, state], count)
+        yield nodes
 
         status = cluster_status()
         reachable = GaugeMetricFamily(

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 from chargeback.capacity import capacity_split
 from chargeback.exports import waste_total
 from chargeback.ops import charts
+from chargeback.ops.headline import headline_read
 from chargeback.ops.metrics import metrics_text
 from chargeback.ops.selectors import (
     STATE_LABELS,
@@ -62,6 +63,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     waits = queue_waits(since=day_start.date())
     uses, standings = team_usage(now=now)
     nodes, node_page = node_table(page=request.GET.get("nodes"))
+    headline = headline_read(now=now, prometheus=prometheus_from_settings())
     figures = [
         ("capacity-now", charts.capacity_now(samples)),
         ("capacity-days", charts.capacity_over_time(by_day)),
@@ -77,6 +79,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     ]
     context = {
         "now": now,
+        "headline": headline,
         "minute": minute,
         "status": cluster_status(),
         "states": [(s, STATE_LABELS[s]) for s in STATES],

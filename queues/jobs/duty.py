@@ -17,10 +17,17 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
+from django.db import transaction
 from django.db.models import Count, Max, Min, Q
 
 from queues.cluster.prometheus import Prometheus, PrometheusUnavailable, gpu_util_query
-from queues.models import SharingMode, UsageInterval
+from queues.counters import (
+    DUTY_COUNTED_UNTIL,
+    GPU_ALLOCATED_SECONDS,
+    GPU_BUSY_SECONDS,
+    counter_add,
+)
+from queues.models import MetricCounter, SharingMode, UsageInterval
 from queues.rates import MICROSECONDS_PER_HOUR, round_hours
 
 
@@ -36,6 +43,7 @@ class DutyLine:
     idle_gpu_hours: Decimal
     unmeasured_gpu_hours: Decimal
     shared: bool
+    gpu_class: str = ""
 
 
 def duty_lines(
@@ -64,6 +72,7 @@ def duty_lines(
             "sharing_mode",
             "started_at",
             "ended_at",
+            "gpu_class__name",
         )
     )
     if not rows:
@@ -77,7 +86,7 @@ def duty_lines(
         )
     }
     sums: dict[int, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    names: dict[int, tuple[str, str]] = {}
+    names: dict[int, tuple[str, str, str]] = {}
     shared: dict[int, bool] = defaultdict(bool)
     for (
         job_id,
@@ -91,6 +100,7 @@ def duty_lines(
         sharing,
         started,
         ended,
+        gpu_class,
     ) in rows:
         held = min(ended or end, end) - max(started, start)
         if held <= timedelta(0):
@@ -99,7 +109,7 @@ def duty_lines(
             held // timedelta(microseconds=1) * devices * numerator,
             MICROSECONDS_PER_HOUR * denominator,
         )
-        names[job_id] = (team, queue)
+        names[job_id] = (team, queue, gpu_class)
         shared[job_id] |= sharing == SharingMode.TIME_SLICED
         sums[job_id]["gpu"] += gpu_hours
         value = util.get((namespace, pod))
@@ -119,6 +129,7 @@ def duty_lines(
             idle_gpu_hours=round_hours(s["idle"]),
             unmeasured_gpu_hours=round_hours(s["unmeasured"]),
             shared=shared[job_id],
+            gpu_class=names[job_id][2],
         )
         for job_id, s in sorted(sums.items())
     ]
@@ -185,3 +196,34 @@ def job_duty(prometheus: Prometheus | None, *, job_id: int, now: datetime) -> Jo
     except PrometheusUnavailable as exc:
         return JobDuty(configured=True, error=str(exc))
     return JobDuty(configured=True, line=lines[0] if lines else None)
+
+
+# The first count looks this far back; later ones start where the last ended.
+DUTY_COUNT_FIRST_WINDOW = timedelta(minutes=5)
+
+
+def duty_count(prometheus: Prometheus, *, now: datetime) -> timedelta:
+    """Add the GPU-seconds held and busy since the last count (at most a day back) to the
+    duty-cycle counters /metrics exports, by GPU class and team; return the span counted.
+    Running it twice for the same ``now`` counts once: the span's end is stored under a row
+    lock with the sums. Raises ``PrometheusUnavailable`` (nothing counted, the span stays)."""
+    with transaction.atomic():
+        mark, _ = MetricCounter.objects.select_for_update().get_or_create(
+            name=DUTY_COUNTED_UNTIL,
+            label="",
+            defaults={"value": (now - DUTY_COUNT_FIRST_WINDOW).timestamp()},
+        )
+        start = max(datetime.fromtimestamp(mark.value, now.tzinfo), now - timedelta(days=1))
+        if start >= now:
+            return timedelta(0)
+        held: dict[str, Decimal] = defaultdict(Decimal)
+        busy: dict[str, Decimal] = defaultdict(Decimal)
+        for line in duty_lines(prometheus, start=start, end=now):
+            key = f"{line.gpu_class}|{line.team}"
+            held[key] += line.gpu_hours
+            busy[key] += line.busy_gpu_hours
+        for key in sorted(held):
+            counter_add(GPU_ALLOCATED_SECONDS, key, float(held[key] * 3600))
+            counter_add(GPU_BUSY_SECONDS, key, float(busy[key] * 3600))
+        MetricCounter.objects.filter(pk=mark.pk).update(value=now.timestamp())
+    return now - start

@@ -152,8 +152,15 @@ def quota_edit(request: HttpRequest, team: str, gpu_class: str) -> HttpResponse:
 def maintenance(request: HttpRequest) -> HttpResponse:
     """A drain in two steps, as a reservation: the first POST shows the nodes and the jobs it
     reaches (who is stopped at the deadline, and the work each loses); the second (``confirm``,
-    for exactly what was shown) drains."""
-    form = DrainForm(request.POST or None)
+    for exactly what was shown) drains. A link may fill the nodes and the reason in (/ops/'s
+    advice to drain a node: ``?nodes=…&reason=…``); nothing happens before the admin posts."""
+    form = DrainForm(
+        request.POST or None,
+        initial={
+            "nodes": request.GET.get("nodes", "")[:4000],
+            "reason": request.GET.get("reason", "")[:300],
+        },
+    )
     problems: list[str] = []
     impact: list[DrainedJob] | None = None
     drained_nodes: list[Node] = []

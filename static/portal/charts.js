@@ -62,6 +62,11 @@ function sayNoData(layout) {
 
 function drawCharts(root) {
   root.querySelectorAll("[data-figure]:not([data-drawn])").forEach(function (el) {
+    // A chart in a folded part (<details>) is drawn when it is opened: folded, it has no width.
+    var folded = el.closest("details:not([open])");
+    if (folded) {
+      return;
+    }
     el.dataset.drawn = "1";
     var figure = JSON.parse(document.getElementById(el.dataset.figure).textContent);
     var config = Object.assign({ responsive: true, displaylogo: false }, figure.config || {});
@@ -79,6 +84,15 @@ function drawCharts(root) {
   });
 }
 drawCharts(document);
+document.addEventListener(
+  "toggle",
+  function (event) {
+    if (event.target.open) {
+      drawCharts(event.target);
+    }
+  },
+  true,
+);
 if (window.htmx) {
   htmx.onLoad(drawCharts);
 }

@@ -11,10 +11,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from queues.jobs.requests import job_request_errors
-from queues.management.commands.demo_load import LOAD, WAITING, demo_load_step
+from queues.management.commands.demo_load import LOAD, PROFILES, WAITING, demo_load_step
 from queues.management.commands.rundemo import Command as RunDemo
 from queues.management.commands.seed_demo import DEMO_JOBS, demo_request
 from queues.models import Job, JobState
+from simcluster.kubelet import utilization_between, utilization_profile
+from simcluster.nodes import SimulationSettings
 
 pytestmark = pytest.mark.django_db
 
@@ -95,3 +97,28 @@ def test_demo_jobs_keep_their_gpus_busy_to_varied_degrees(example_policy):
     assert len(last) == len(DEMO_JOBS)
     assert last[0] <= 10 and last[-1] >= 85
     assert sum(1 for p in last if p < 25) >= 3
+
+
+def test_load_jobs_have_varied_gpu_utilization_profiles(example_policy):
+    assert {(t[2], t[3]) for t in LOAD} == set(PROFILES)
+    averages = {}
+    for profiles in PROFILES.values():
+        for text in profiles:
+            pod = {
+                "metadata": {"annotations": {}},
+                "spec": {"containers": [{"env": [{"name": "SIM_GPU_UTILIZATION", "value": text}]}]},
+            }
+            profile = utilization_profile(pod, SimulationSettings())
+            assert profile != ((0.0, 100.0),), f"{text} does not parse"
+            averages[text] = utilization_between(profile, 0, 300)
+    # some pods keep their GPUs busy, some mostly idle, some wait on data before they compute
+    assert max(averages.values()) >= 90
+    assert min(averages.values()) <= 15
+    assert averages["0:10,90:90"] == 66.0  # 90 s at 10 %, 210 s at 90 % over 5 minutes
+
+    rng = random.Random(3)
+    jobs = demo_load_step(rng=rng) + demo_load_step(rng=rng)
+    assert all(
+        j.env["SIM_GPU_UTILIZATION"] in PROFILES[(j.queue.name, j.capability_class.name)]
+        for j in jobs
+    )

@@ -4,12 +4,18 @@ Every few seconds it tops each queue up to a few waiting jobs, submitted through
 service as the form (``job_submit``), with runtime limits of minutes and pods that run most of
 that (real time, like the rest of the demo). So the catalog shows real waits, reasons change,
 and jobs start when their estimates say, however long the demo runs. For a demo database only.
+
+Each job gets a GPU utilization profile (``PROFILES``, the simulated DCGM exporter's
+``SIM_GPU_UTILIZATION``): some busy, some waiting on data before they compute, some mostly idle
+(a notebook, an FP8 job that does not keep an H100 busy), so that the duty cycle and /ops/'s
+recommendations show what a real cluster's would.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -33,6 +39,24 @@ LOAD: list[tuple[str, str, str, str, int, int, int, dict[str, Any]]] = [
     ("victor", "vision", "interactive-mig", "mig-3g.40gb", 1, 1, 6, {}),
     ("raj", "research", "interactive-mig", "mig-1g.10gb", 1, 1, 5, {}),
 ]
+# GPU utilization profiles per (queue, capability class): "<seconds since start>:<percent>,…"
+# (simcluster.kubelet.utilization_profile); one is picked per job.
+BUSY = ["0:92", "0:85,30:97"]
+WAITS_ON_DATA = ["0:10,90:90", "0:25,60:80,180:15,240:85"]
+MOSTLY_IDLE = ["0:8,40:15,120:10", "0:14"]
+PROFILES: dict[tuple[str, str], list[str]] = {
+    ("training", "bf16-large"): WAITS_ON_DATA,
+    ("training", "fp8"): MOSTLY_IDLE,
+    ("training", "multi-node-rdma"): BUSY,
+    ("batch", "min-40gb"): BUSY + WAITS_ON_DATA,
+    ("batch", "bf16-large"): WAITS_ON_DATA,
+    ("batch", "any-gpu"): MOSTLY_IDLE + BUSY,
+    ("batch", "inference-16gb"): ["0:35", "0:55"],
+    ("interactive", "any-gpu"): ["0:30,60:3"],
+    ("interactive", "inference-16gb"): ["0:20,90:2"],
+    ("interactive-mig", "mig-3g.40gb"): ["0:45,120:5"],
+    ("interactive-mig", "mig-1g.10gb"): ["0:60"],
+}
 # How many jobs each queue should have waiting; the generator tops up to this.
 WAITING = {"training": 3, "batch": 3, "interactive": 1, "interactive-mig": 1}
 
@@ -64,6 +88,8 @@ def demo_load_step(*, rng: random.Random) -> list[Job]:
             run_seconds=int(minutes * 60 * rng.uniform(0.5, 0.95)),
             extra=extra,
         )
+        profile = rng.choice(PROFILES.get((queue, capability), BUSY))
+        request = replace(request, env={**request.env, "SIM_GPU_UTILIZATION": profile})
         try:
             submitted.append(job_submit(request=request))
         except JobRejected:

@@ -77,6 +77,12 @@ class Command(BaseCommand):
                 self._stop(processes)
                 raise SystemExit("the simulated cluster did not start")
             time.sleep(0.2)
+        # The duty-cycle panels (web) and counters (the worker's beat) read the simulated
+        # cluster's DCGM series unless told otherwise.
+        web_env = dict(os.environ)
+        if not settings.PROMETHEUS_URL:
+            server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+            web_env["PROMETHEUS_URL"] = f"{server.rstrip('/')}/prometheus"
         start(
             "worker",
             [
@@ -94,12 +100,8 @@ class Command(BaseCommand):
                 "--schedule",
                 str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
             ],
+            env=web_env,
         )
-        # The duty-cycle panels read the simulated cluster's DCGM series unless told otherwise.
-        web_env = dict(os.environ)
-        if not settings.PROMETHEUS_URL:
-            server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-            web_env["PROMETHEUS_URL"] = f"{server.rstrip('/')}/prometheus"
         start("web", [python, "manage.py", "runserver", "--noreload", addr], env=web_env)
         if load_interval > 0:
             start(

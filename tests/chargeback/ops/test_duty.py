@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from chargeback.selectors import waste_lines
 from queues.cluster.adapter import Cluster
@@ -169,3 +170,20 @@ def test_the_waste_counts_allocated_but_idle_hours_per_team_queue_and_class(
         ("vision", "batch", first.gpu_class.name, D("1.000")),
     ]
     assert [w.lost_gpu_hours for w in lines] == [D(0), D("0.500"), D(0)]
+
+
+def test_the_simulated_dcgm_exporter_serves_the_series_in_text_format(sim_cluster, cluster, mia):
+    job = submit(mia, utilization="0:40,600:5", seconds=3600, gpus=2)
+    for _ in range(3):
+        reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+        sim_cluster.advance(5)
+    job.refresh_from_db()
+
+    with urllib.request.urlopen(f"{sim_cluster.url}/dcgm/metrics") as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+
+    [family] = list(text_string_to_metric_families(text))
+    [sample] = [s for s in family.samples if s.labels["namespace"] == "team-vision"]
+    assert (family.name, family.type) == ("DCGM_FI_DEV_GPU_UTIL", "gauge")
+    assert sample.labels["pod"].startswith(job.k8s_job_name) and sample.value == 40.0
