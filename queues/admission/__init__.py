@@ -19,6 +19,7 @@ from queues.admission.plan import (
     PendingStatus,
     Plan,
     Preemption,
+    ScaleUp,
     gpu_eq_json,
 )
 from queues.admission.probes import PROBE_USER, default_probe
@@ -31,6 +32,7 @@ from queues.admission.snapshot import (
     MaintenanceState,
     MigSlots,
     Node,
+    NodePool,
     PendingJob,
     PreemptionClass,
     Queue,
@@ -59,6 +61,7 @@ __all__ = [
     "MaintenanceState",
     "MigSlots",
     "Node",
+    "NodePool",
     "PendingJob",
     "PendingReason",
     "PendingStatus",
@@ -69,6 +72,7 @@ __all__ = [
     "Quota",
     "ReasonCode",
     "Reservation",
+    "ScaleUp",
     "Resolution",
     "RunningJob",
     "SharingMode",

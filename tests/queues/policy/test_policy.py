@@ -435,7 +435,7 @@ class TestValidation:
 
         assert problems[0] == (
             "queus: unknown section (expected: fair_share, submissions, gpu_classes, "
-            "capability_classes, teams, queues, reservations, rate_cards, roles)"
+            "capability_classes, teams, queues, reservations, node_pools, rate_cards, roles)"
         )
         assert problems[1].startswith("queues[batch].max_runtme: unknown field (expected one of: ")
 
