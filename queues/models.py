@@ -1331,9 +1331,6 @@ class SubmissionKey(models.Model):
 
 # --- Elastic capacity (docs/cluster.md, "Node pools") --------------------------------------------
 
-# The label a provisioner puts on the nodes it adds for a pool; nodes without it are fixed.
-NODE_POOL_LABEL = "gpuportal.io/node-pool"
-
 
 class NodePool(models.Model):
     """Nodes of one GPU class that a provisioner adds and removes: their bounds, the shape of a

@@ -256,8 +256,11 @@ def _about_coming(view: ElasticView, reason: PendingReason) -> list[str] | None:
 def _status(
     view: ElasticView, status: PendingStatus, job: PendingJob | None, now: datetime
 ) -> PendingStatus:
-    found = [(i, _about_coming(view, r)) for i, r in enumerate(status.reasons)]
-    found = [(i, names) for i, names in found if names is not None]
+    found: list[tuple[int, list[str]]] = []
+    for i, r in enumerate(status.reasons):
+        names_of = _about_coming(view, r)
+        if names_of is not None:
+            found.append((i, names_of))
     if not found:
         return status
     reasons = list(status.reasons)
@@ -268,10 +271,8 @@ def _status(
         r.code in _SHORTAGE and r.details.get("gpu_class") == gpu_class for r in reasons[:index]
     )
     estimate = status.estimated_start
-    node = None
-    if binds and job is not None:
-        node = _place(view, names, job, estimate)
-    if node is None:
+    node = _place(view, names, job, estimate) if binds and job is not None else None
+    if node is None or job is None:
         return replace(status, reasons=tuple(r for i, r in enumerate(reasons) if i not in drop))
     reason = provisioning_reason(job, reasons[index], node, now)
     kept = [
@@ -382,12 +383,15 @@ def scale_down(
     for pool in sorted(snapshot.node_pools, key=lambda p: p.name):
         members = [by_name[n] for n in pool.members if n in by_name]
         left = len(members)
-        capacity = sum(
-            Fraction(n.gpus)
-            for n in snapshot.nodes
-            if n.gpu_class == pool.gpu_class
-            and n.healthy
-            and n.maintenance is MaintenanceState.NONE
+        capacity: Fraction = sum(
+            (
+                Fraction(n.gpus)
+                for n in snapshot.nodes
+                if n.gpu_class == pool.gpu_class
+                and n.healthy
+                and n.maintenance is MaintenanceState.NONE
+            ),
+            Fraction(0),
         )
         promised = sum(
             (
