@@ -27,6 +27,7 @@ from typing import Any
 from queues.admission.plan import EstimatedStart, PendingStatus, Plan, ScaleUp
 from queues.admission.reasons import PendingReason, ReasonCode, span_text
 from queues.admission.snapshot import (
+    COMING_MARK,
     JobId,
     MaintenanceState,
     Node,
@@ -106,7 +107,7 @@ def elastic_view(snapshot: Snapshot) -> ElasticView:
         for number, asked in enumerate(sorted(pool.provisioning), start=1):
             ready_by = max(asked + pool.lead_p90, now + OVERDUE_MARGIN)
             ready = min(max(asked + pool.lead_median, now), ready_by)
-            name = f"{pool.name}~{number:03d}-provisioning"
+            name = f"{pool.name}{COMING_MARK}{number:03d}-provisioning"
             coming[name] = Coming(name, pool, True, ready, ready_by, device_count(pool.template))
             nodes.append(_not_yet(pool, name, ready_by, ()))
         if pool.scale_up_queues:
@@ -114,7 +115,7 @@ def elastic_view(snapshot: Snapshot) -> ElasticView:
                 tolerations.setdefault(queue, []).append(SCALE_UP_TAINT + pool.name)
             taint = (f"{SCALE_UP_TAINT}{pool.name}:NoSchedule",)
             for number in range(1, _possible(snapshot, pool, warm_short[pool.name]) + 1):
-                name = f"{pool.name}~{number:03d}-new"
+                name = f"{pool.name}{COMING_MARK}{number:03d}-new"
                 ready, ready_by = now + pool.lead_median, now + pool.lead_p90
                 coming[name] = Coming(
                     name, pool, False, ready, ready_by, device_count(pool.template)

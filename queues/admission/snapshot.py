@@ -27,6 +27,9 @@ from queues.admission.capability import CapabilityRequest, GpuClassSpec
 
 JobId = int
 ReservationId = int
+# In the name of a node a node pool has not brought yet (queues/admission/elastic.py shows them
+# to the planner); never in a Kubernetes name, so never a real node's.
+COMING_MARK = "~"
 
 
 class PreemptionClass(StrEnum):

@@ -116,8 +116,11 @@ def template_node(pool: NodePool) -> engine.Node:
     )
 
 
-def engine_pools(nodes: Sequence[Node]) -> tuple[engine.NodePool, ...]:
-    """Every active pool as the engine sees it (``nodes``: the nodes in the snapshot)."""
+def engine_pools(nodes: Sequence[Node], *, now: datetime) -> tuple[engine.NodePool, ...]:
+    """Every active pool as the engine sees it (``nodes``: the nodes in the snapshot). A pool
+    whose last request failed for good (refused, or out of retries) less than its lead time's
+    p90 ago is asked for nothing meanwhile: its queues keep today's reasons, and the next cycle
+    does not ask again at once."""
     result = []
     pools = (
         NodePool.objects.active().select_related("gpu_class").prefetch_related("queue_terms__queue")
@@ -128,6 +131,7 @@ def engine_pools(nodes: Sequence[Node]) -> tuple[engine.NodePool, ...]:
         for row in NodeProvisioning.objects.filter(pool=pool, state=ProvisioningState.PROVISIONING):
             coming += [row.requested_at] * max(0, row.nodes - len(row.nodes_ready))
         terms = [t for t in pool.queue_terms.all() if t.queue.active]
+        resting = not coming and _failed_lately(pool, p90, now=now)
         result.append(
             engine.NodePool(
                 name=pool.name,
@@ -139,7 +143,9 @@ def engine_pools(nodes: Sequence[Node]) -> tuple[engine.NodePool, ...]:
                 lead_p90=p90,
                 members=tuple(n.name for n in pool_members(pool.name, nodes)),
                 provisioning=tuple(sorted(coming)),
-                scale_up_queues=tuple(sorted(t.queue.name for t in terms if t.may_scale_up)),
+                scale_up_queues=()
+                if resting
+                else tuple(sorted(t.queue.name for t in terms if t.may_scale_up)),
                 warm_floors=tuple(
                     sorted((t.queue.name, t.warm_nodes) for t in terms if t.warm_nodes)
                 ),
@@ -147,6 +153,16 @@ def engine_pools(nodes: Sequence[Node]) -> tuple[engine.NodePool, ...]:
             )
         )
     return tuple(result)
+
+
+def _failed_lately(pool: NodePool, backoff: timedelta, *, now: datetime) -> bool:
+    latest = NodeProvisioning.objects.filter(pool=pool).order_by("-requested_at", "-id").first()
+    return (
+        latest is not None
+        and latest.state == ProvisioningState.FAILED
+        and latest.finished_at is not None
+        and now - latest.finished_at < max(backoff, timedelta(minutes=1))
+    )
 
 
 # --- what the provisioners did ---------------------------------------------------------------
@@ -168,7 +184,7 @@ def pools_sync(cluster: Cluster, view: ClusterView, *, now: datetime) -> None:
         if answer is None:
             # created in the database, not (yet) in the cluster: a crash between the two, or
             # the cluster did not answer: ask again (a create that finds it is success)
-            _create_object(cluster, row)
+            _create_object(cluster, row, now=now)
             continue
         came = [name for name in answer.nodes if name in reported][: row.nodes]
         for name in came:
@@ -208,7 +224,7 @@ def _retry(cluster: Cluster, failed: NodeProvisioning, *, now: datetime) -> None
         failed.failure,
         retry.object_name,
     )
-    _create_object(cluster, retry)
+    _create_object(cluster, retry, now=now)
 
 
 def _pool_nodes_sync(
@@ -278,16 +294,26 @@ def _object_name(pool: str) -> str:
     return f"gpuportal-{pool}-{uuid.uuid4().hex[:10]}"
 
 
-def _create_object(cluster: Cluster, row: NodeProvisioning) -> None:
-    cluster.create_provisioning_request(
-        provisioning_request(
-            name=row.object_name,
-            namespace=settings.CLUSTER_PROVISIONING_NAMESPACE,
-            pool=row.pool.name,
-            nodes=row.nodes,
-            gpus_per_node=row.pool.node_gpus,
+def _create_object(cluster: Cluster, row: NodeProvisioning, *, now: datetime) -> None:
+    """Create the request's object; one the cluster refuses (no such pool, no
+    ProvisioningRequest API) fails for good, with the cluster's words."""
+    try:
+        cluster.create_provisioning_request(
+            provisioning_request(
+                name=row.object_name,
+                namespace=settings.CLUSTER_PROVISIONING_NAMESPACE,
+                pool=row.pool.name,
+                nodes=row.nodes,
+                gpus_per_node=row.pool.node_gpus,
+            )
         )
-    )
+    except ClusterRejected as exc:
+        row.state = ProvisioningState.FAILED
+        row.failure = f"the cluster refused the request: {exc}"[:500]
+        row.finished_at = now
+        row.attempt = max(row.attempt, MAX_ATTEMPTS)
+        row.save(update_fields=["state", "failure", "finished_at", "attempt"])
+        logger.warning("node pool %s: %s", row.pool.name, row.failure)
 
 
 def pools_apply(
@@ -317,7 +343,7 @@ def pools_apply(
             row.object_name,
             list(ask.for_jobs),
         )
-        _create_object(cluster, row)
+        _create_object(cluster, row, now=now)
     _scale_down(cluster, snapshot, plan, now=now)
 
 

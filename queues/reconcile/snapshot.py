@@ -204,7 +204,7 @@ def snapshot_build(
         running=tuple(_running(replicas_of, now, history)),
         pending=_pending(pending, now, forecast_of),
         cluster_unreachable_since=cluster_unreachable_since,
-        node_pools=engine_pools(nodes) if pooled else (),
+        node_pools=engine_pools(nodes, now=now) if pooled else (),
     )
 
 

@@ -320,3 +320,51 @@ def test_lead_times_are_learned_from_the_nodes_that_came(elastic):
             ready_at=base + timedelta(minutes=minutes),
         )
     assert lead_times(pool) == (timedelta(minutes=6), timedelta(minutes=12), 6)
+
+
+def test_the_demo_pool_scales_up_under_the_load_generator_and_back_down(
+    sim_cluster, example_policy
+):
+    import random
+
+    from queues.management.commands.demo_load import demo_load_step
+    from tests.conftest import ROOT
+
+    policy_apply(text=(ROOT / "examples" / "policy-elastic.yaml").read_text())
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    rng = random.Random(7)
+
+    def cycle() -> None:
+        reconcile_cycle(cluster=adapter, now=sim_cluster.now())
+
+    try:
+        for _ in range(40):  # 20 minutes of load, a round every 30 s
+            demo_load_step(rng=rng)
+            cycle()
+            sim_cluster.advance(30)
+            if PoolNode.objects.filter(removed_at__isnull=True).count() == 2:
+                break
+        assert PoolNode.objects.count() >= 1
+        came = list(PoolNode.objects.all())
+        assert all(n.name.startswith("h100-burst-") for n in came)
+        # some job ran on a node the pool added
+        on_pool = [
+            j
+            for j in Job.objects.exclude(nodes=[])
+            if any(n.startswith("h100-burst-") for n in j.nodes)
+        ]
+        assert on_pool
+        # the load stops: once the jobs are done and the nodes sat empty for 5 min, they go
+        for _ in range(80):
+            cycle()
+            sim_cluster.advance(30)
+            if not PoolNode.objects.filter(removed_at__isnull=True).exists():
+                break
+        assert not PoolNode.objects.filter(removed_at__isnull=True).exists()
+        assert sim_cluster.cluster.store.items("nodes") == [
+            n
+            for n in sim_cluster.cluster.store.items("nodes")
+            if not n["metadata"]["name"].startswith("h100-burst-")
+        ]
+    finally:
+        adapter.close()
