@@ -8,6 +8,7 @@ be violated is a database constraint, not only a form check.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -26,6 +27,7 @@ from queues.admission.capability import (
     parse_share,
     resolve_capability,
 )
+from queues.admission.reasons import span_text
 from queues.rates import CardTerms
 
 # The one rule for a policy object's name (a DNS subdomain, as Kubernetes labels take it). Match
@@ -784,6 +786,23 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"job {self.pk} ({self.state})"
 
+    def new_node_text(self, now: datetime) -> str:
+        """``waiting for a new node, ready in about 6 min (p90 9 min)`` for a pending job
+        whose reasons say a node pool is adding a node for it; empty otherwise."""
+        if self.state != JobState.PENDING:
+            return ""
+        for reason in self.pending_reasons or []:
+            details = reason.get("details") or {}
+            if reason.get("code") != "Provisioning" or not details.get("ready_at"):
+                continue
+            ready = datetime.fromisoformat(details["ready_at"])
+            ready_by = datetime.fromisoformat(details["ready_by"])
+            left = ready - now
+            about = span_text(left) if left >= timedelta(minutes=1) else "under a minute"
+            late = max(ready_by - now, timedelta(0))
+            return f"waiting for a new node, ready in about {about} (p90 {span_text(late)})"
+        return ""
+
     @property
     def is_active(self) -> bool:
         """Not finished yet: pending, admitted, running or preempted (waiting to requeue)."""
@@ -1375,6 +1394,34 @@ class NodePool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def lead_times(self) -> tuple[timedelta, timedelta, int]:
+        """How long a new node takes (median, p90) and how many observed arrivals say so: the
+        newest ``LEAD_HISTORY`` nodes that came, once ``LEARN_AFTER`` have; until then the
+        policy's numbers (and 0)."""
+        seen = [
+            (ready - asked).total_seconds()
+            for asked, ready in PoolNode.objects.filter(pool=self, requested_at__isnull=False)
+            .order_by("-ready_at")
+            .values_list("requested_at", "ready_at")[:LEAD_HISTORY]
+            if asked is not None
+        ]
+        if len(seen) < LEARN_AFTER:
+            return self.lead_time_median, self.lead_time_p90, 0
+        median = timedelta(seconds=nearest_rank(seen, 0.5))
+        p90 = max(median, timedelta(seconds=nearest_rank(seen, 0.9)))
+        return median, p90, len(seen)
+
+
+# Observed lead times replace a pool's policy numbers once this many nodes came; the newest count.
+LEARN_AFTER = 5
+LEAD_HISTORY = 50
+
+
+def nearest_rank(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` 0.5: the median) of non-empty ``values``."""
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(share * len(ordered))) - 1]
 
 
 class NodePoolQueue(models.Model):

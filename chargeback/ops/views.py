@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 
 from chargeback.capacity import capacity_split
 from chargeback.ops import charts
+from chargeback.ops.elastic import node_pools_report
 from chargeback.ops.metrics import metrics_text
 from chargeback.ops.selectors import (
     STATE_LABELS,
@@ -93,6 +94,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "days": DAYS,
         "hours": HOURS,
         "charts": figures,
+        "node_pools": node_pools_report(now=now, days=DAYS),
     }
     return render(request, "ops/dashboard.html", context)
 

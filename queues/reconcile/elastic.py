@@ -19,7 +19,6 @@ Without node pools none of this reads or writes anything.
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -50,9 +49,6 @@ from queues.reconcile.view import ClusterView
 
 logger = logging.getLogger(__name__)
 
-# Observed lead times replace the policy's once this many nodes came; the newest count.
-LEARN_AFTER = 5
-LEAD_HISTORY = 50
 # A failed request is retried this many times (each a new request) before it is left failed.
 MAX_ATTEMPTS = 3
 
@@ -64,27 +60,9 @@ def pools_exist() -> bool:
 # --- lead times ------------------------------------------------------------------------------
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    """The nearest-rank percentile (``share`` 0.5: the median) of non-empty ``values``."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(share * len(ordered)))
-    return ordered[rank - 1]
-
-
 def lead_times(pool: NodePool) -> tuple[timedelta, timedelta, int]:
-    """The pool's lead time (median, p90) and how many observed arrivals it comes from (0: the
-    policy's own numbers, until ``LEARN_AFTER`` nodes came)."""
-    seen = [
-        (ready - asked).total_seconds()
-        for asked, ready in PoolNode.objects.filter(pool=pool, requested_at__isnull=False)
-        .order_by("-ready_at")
-        .values_list("requested_at", "ready_at")[:LEAD_HISTORY]
-        if asked is not None
-    ]
-    if len(seen) < LEARN_AFTER:
-        return pool.lead_time_median, pool.lead_time_p90, 0
-    median = timedelta(seconds=percentile(seen, 0.5))
-    return median, max(median, timedelta(seconds=percentile(seen, 0.9))), len(seen)
+    """See ``NodePool.lead_times``."""
+    return pool.lead_times()
 
 
 # --- the engine's view -----------------------------------------------------------------------

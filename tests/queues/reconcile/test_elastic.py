@@ -368,3 +368,45 @@ def test_the_demo_pool_scales_up_under_the_load_generator_and_back_down(
         ]
     finally:
         adapter.close()
+
+
+def test_people_see_the_scale_up_on_the_job_page_the_catalog_and_ops(elastic, client):
+    sim, _ = elastic
+    first = submit()
+    cycle(elastic)
+    sim.advance(5)
+    cycle(elastic)
+    second = submit()
+    cycle(elastic)
+    mia = get_user_model().objects.get(username="mia")
+    client.force_login(mia)
+
+    page = client.get(f"/jobs/{second.pk}/").content.decode()
+    assert "waiting for a new node, ready in about" in page
+    assert "needs 8 h100-80gb GPUs; a node is being provisioned for it" in page
+
+    catalog = client.get("/queues/").content.decode()
+    assert 'data-testid="node-pools"' in catalog
+    row = catalog.split('data-pool="h100-burst"')[1].split("</tr>")[0]
+    # one ready? none yet: the fixed h100-01 is not the pool's; one provisioning, one more possible
+    assert '<td data-label="Nodes ready">0</td>' in row
+    assert '<td data-label="Provisioning">1</td>' in row
+    assert '<td data-label="Possible">1 more</td>' in row
+    assert "about 6m (p90 9m)" in row
+    assert "interactive: 1 node kept warm" in catalog
+
+    run_until(elastic, lambda: state(second) == JobState.RUNNING)
+    assert state(first) == JobState.RUNNING
+    admin = get_user_model().objects.create_user("ada", is_staff=True, is_superuser=True)
+    client.force_login(admin)
+    ops = client.get("/ops/").content.decode()
+    section = ops.split('data-testid="ops-node-pools"')[1].split("</section>")[0]
+    burst = section.split('data-pool="h100-burst"')[1].split("</tr>")[0]
+    arrived = PoolNode.objects.get()
+    lead = arrived.ready_at - arrived.requested_at
+    assert '<td data-label="Nodes came" class="num">1</td>' in burst
+    assert '<td data-label="Jobs that waited" class="num">1</td>' in burst
+    assert '<td data-label="Requests (failed)" class="num">1 (0)' in burst
+    from portal.formatting import format_duration
+
+    assert f"{format_duration(lead)}, {format_duration(lead)}" in burst
