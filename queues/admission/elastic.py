@@ -17,6 +17,7 @@ Pure Python like the rest of the engine. For a snapshot without node pools none 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from queues.admission.plan import EstimatedStart, PendingStatus, Plan, ScaleUp
 from queues.admission.reasons import PendingReason, ReasonCode, span_text
 from queues.admission.snapshot import (
     COMING_MARK,
+    WARM_TAINT,
     JobId,
     MaintenanceState,
     Node,
@@ -38,7 +40,6 @@ from queues.admission.snapshot import (
 
 # Taints the planner sees on nodes that are not there yet or held warm; never put on a node.
 SCALE_UP_TAINT = "gpuportal.io/scale-up-"
-WARM_TAINT = "gpuportal.io/warm-for-"
 PROVISIONING_NOTE = "provisioning"
 # The least a node already overdue is still expected to take.
 OVERDUE_MARGIN = timedelta(minutes=1)
@@ -257,6 +258,8 @@ def _about_coming(view: ElasticView, reason: PendingReason) -> list[str] | None:
 def _status(
     view: ElasticView, status: PendingStatus, job: PendingJob | None, now: datetime
 ) -> PendingStatus:
+    if any(WARM_TAINT in r.message for r in status.reasons):
+        status = replace(status, reasons=tuple(_warm_words(r) for r in status.reasons))
     found: list[tuple[int, list[str]]] = []
     for i, r in enumerate(status.reasons):
         names_of = _about_coming(view, r)
@@ -288,6 +291,27 @@ def _status(
             range_high=max(estimate.range_high or node.ready_by, node.ready_by),
         )
     return replace(status, reasons=tuple(kept), estimated_start=estimate)
+
+
+_WARM = re.compile(re.escape(WARM_TAINT) + r"([a-z0-9.-]+):NoSchedule")
+_TAINTS = re.compile(r"with taints queue (\S+) does not tolerate")
+
+
+def _warm_words(reason: PendingReason) -> PendingReason:
+    """A reason about the taints warm floors put (in the planner's view only) said as people
+    know it: nodes held empty for another queue's warm floor."""
+    if WARM_TAINT not in reason.message:
+        return reason
+    held = sorted(set(_WARM.findall(reason.message)))
+    message = _TAINTS.sub("held empty for other queues' warm floors", reason.message)
+    message = _WARM.sub(lambda m: f"kept warm for queue {m.group(1)}", message)
+    hint = reason.hint
+    if WARM_TAINT in hint or "tolerates the taints" in hint:
+        hint = (
+            f"the warm floor of queue {', '.join(held)} holds them until that queue runs there; "
+            "the node pool adds nodes only for queues that may scale it up"
+        )
+    return PendingReason(reason.code, message, reason.details, hint)
 
 
 def _place(

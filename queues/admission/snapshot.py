@@ -30,6 +30,9 @@ ReservationId = int
 # In the name of a node a node pool has not brought yet (queues/admission/elastic.py shows them
 # to the planner); never in a Kubernetes name, so never a real node's.
 COMING_MARK = "~"
+# The taint key prefix elastic.py puts (in the planner's view only) on empty nodes a queue's warm
+# floor holds: ``gpuportal.io/warm-for-<queue>``.
+WARM_TAINT = "gpuportal.io/warm-for-"
 
 
 class PreemptionClass(StrEnum):

@@ -105,7 +105,7 @@ def test_a_member_and_an_admin_see_the_pools_and_a_job_waiting_for_a_node(
 
     page.goto(f"/jobs/{elastic_state.pk}/")
     expect(page.get_by_test_id("new-node")).to_contain_text(
-        "waiting for a new node, ready in about 1 min"
+        "Waiting for a new node, ready in about 1 min"
     )
     page.locator("#job-status").screenshot(path=str(SCREENSHOTS / f"elastic-job-{width}.png"))
 

@@ -289,3 +289,33 @@ def test_scale_down_never_removes_a_busy_node_nor_goes_below_the_floors(
     assert kept_for_interactive >= min(floor, len(names))
     for name in removed:
         assert NOW - empty[name] >= 10 * MINUTES
+
+
+def test_a_node_held_warm_is_a_wait_said_plainly_never_a_never_fits() -> None:
+    l4_pool = pool(
+        name="l4-pool",
+        gpu_class=L4,
+        template=node("t", L4, gpus=4),
+        max_nodes=1,
+        members=("a",),
+        scale_up_queues=(),
+        warm_floors=(("interactive", 1),),
+    )
+    start = snapshot(
+        nodes=[node("a", L4, gpus=4)],
+        teams=[team("vision", {L4: (8, 8)})],
+        pending=[pending(10, "vision", "batch", gpus=4)],
+        node_pools=(l4_pool,),
+    )
+    status = plan(start).status(10)
+    assert status is not None
+    [reason] = status.reasons
+    assert reason.code is ReasonCode.INSUFFICIENT_CAPACITY
+    assert reason.message == (
+        "4 free l4-24gb GPUs are only on nodes held empty for other queues' warm floors "
+        "(a: kept warm for queue interactive); needs 4"
+    )
+    assert reason.hint == (
+        "the warm floor of queue interactive holds them until that queue runs there; "
+        "the node pool adds nodes only for queues that may scale it up"
+    )

@@ -382,7 +382,7 @@ def test_people_see_the_scale_up_on_the_job_page_the_catalog_and_ops(elastic, cl
     client.force_login(mia)
 
     page = client.get(f"/jobs/{second.pk}/").content.decode()
-    assert "waiting for a new node, ready in about" in page
+    assert "Waiting for a new node, ready in about" in page
     assert "needs 8 h100-80gb GPUs; a node is being provisioned for it" in page
 
     catalog = client.get("/queues/").content.decode()
