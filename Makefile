@@ -43,6 +43,7 @@ demo: $(STAMP)
 	@if [ -z "$$DATABASE_URL" ]; then rm -f var/portal.sqlite3 var/portal.sqlite3-wal var/portal.sqlite3-shm; fi
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py apply_policy examples/policy.yaml --summary
+	$(PY) manage.py apply_policy examples/policy-elastic.yaml --summary
 	$(PY) manage.py seed_demo --jobs
 	$(PY) manage.py rundemo --addr $(HOST):$(PORT)
 

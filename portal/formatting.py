@@ -194,6 +194,7 @@ REASON_WORDS = {
     "ContainerConfigError": "a Secret it needs is missing",
     "ClusterUnreachable": "cluster unreachable",
     "NeverFits": "can never fit",
+    "Provisioning": "waiting for a new node",
 }
 
 

@@ -424,6 +424,10 @@ PORTAL_URL = env.str("PORTAL_URL", default="").rstrip("/")
 # missing holds its GPUs while it waits for someone to create it: after this long from its
 # admission it fails and gives them back (queues.reconcile.jobs).
 MISSING_SECRET_GRACE_SECONDS = env.int("MISSING_SECRET_GRACE_SECONDS", default=300)
+# Where the portal creates the ProvisioningRequests that ask node pools for nodes.
+CLUSTER_PROVISIONING_NAMESPACE = env.str(
+    "CLUSTER_PROVISIONING_NAMESPACE", default="gpuportal-system"
+)
 CLUSTER_RACK_LABEL = env.str("CLUSTER_RACK_LABEL", default="topology.kubernetes.io/rack")
 CLUSTER_NETWORK_DOMAIN_LABEL = env.str(
     "CLUSTER_NETWORK_DOMAIN_LABEL", default="network.gpuportal.io/domain"

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import copy
 import heapq
+import random
 import secrets
 from collections import deque
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from simcluster import provisioner
 from simcluster.clock import Clock, WallClock, rfc3339
 from simcluster.errors import (
     ApiError,
@@ -120,6 +122,7 @@ class SimCluster:
         speed: float = 1.0,
         history_size: int = 10_000,
         max_events: int = 5_000,
+        seed: int = 0,
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -152,6 +155,11 @@ class SimCluster:
         self._dirty_jobs: set[str] = set()
         self._schedule_dirty = False
         self.events = EventRecorder(self.store, max_events)
+        # the node pools' provisioner (simcluster.provisioner): seeded, so tests replay exactly
+        self.pools = {pool.name: pool for pool in spec.pools}
+        self.provision_random = random.Random(seed)
+        self.pool_counters: dict[str, int] = {}
+        self.provisioning_failures_armed = 0
         self._node_numbers: dict[str, int] = {}
         self._pod_ip_counters: dict[str, int] = {}
         with self.lock:
@@ -465,6 +473,8 @@ class SimCluster:
                 return node  # a patch that changes nothing does not bump the resourceVersion
             result = self.store.put("nodes", result)
             self._node_changed(result)
+            if provisioner.removal_asked(result) and not provisioner.removal_asked(node):
+                self._after(0.0, "scale-down", name)
             self._settle()
             return self.store.get("nodes", "", name) or result
 
@@ -519,6 +529,25 @@ class SimCluster:
                 component="taint-eviction-controller",
             )
             self._delete_pod(run, None)
+
+    # --- node pools ----------------------------------------------------------------------------
+
+    def create_provisioning_request(
+        self, namespace: str, body: Any, *, dry_run: bool = False
+    ) -> dict[str, Any]:
+        with self.lock:
+            self._settle()
+            return provisioner.create_request(self, namespace, body, dry_run=dry_run)
+
+    def delete_provisioning_request(self, namespace: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            self._settle()
+            return provisioner.delete_request(self, namespace, name)
+
+    def fail_provisioning(self, count: int = 1) -> None:
+        """The next ``count`` provisioning requests fail (a fault)."""
+        with self.lock:
+            self.provisioning_failures_armed += count
 
     # --- simulation-only operations (faults) ----------------------------------------------------
 
@@ -814,6 +843,15 @@ class SimCluster:
         self._after(sim_seconds, action, run.uid, run.token)
 
     def _fire(self, action: str, uid: str, token: int) -> None:
+        if action == "provision":
+            provisioner.provision_node(self, uid)
+            return
+        if action == "provision-fail":
+            provisioner.fail_request(self, uid)
+            return
+        if action == "scale-down":
+            provisioner.remove_when_empty(self, uid)
+            return
         if action == "job":
             if uid in self._jobs:
                 self._dirty_jobs.add(uid)

@@ -61,9 +61,24 @@ class NodeSpec:
 
 
 @dataclass(frozen=True)
+class PoolSpec:
+    """A node pool the simulated provisioner grows and shrinks (``node_pools`` in the file):
+    new nodes are built from ``layers`` (the template group's, then the pool's own labels),
+    Ready after a lead time drawn around ``lead_median`` (90th percentile ``lead_p90``, simulated
+    seconds); a request fails with probability ``failure_rate``."""
+
+    name: str
+    layers: tuple[dict[str, Any], ...]
+    lead_median: float
+    lead_p90: float
+    failure_rate: float = 0.0
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     nodes: list[NodeSpec]
     simulation: SimulationSettings
+    pools: list[PoolSpec] = field(default_factory=list)
 
 
 def load_cluster_file(path: str | Path) -> ClusterSpec:
@@ -79,12 +94,13 @@ def parse_cluster(data: Any, source: str = "cluster file") -> ClusterSpec:
     """Validate the parsed YAML of a cluster file (see the module docstring)."""
     if not isinstance(data, dict):
         raise NodeFileError(f"{source}: expected a mapping at the top")
-    unknown = set(data) - {"simulation", "node_defaults", "node_groups"}
+    unknown = set(data) - {"simulation", "node_defaults", "node_groups", "node_pools"}
     if unknown:
         raise NodeFileError(f"{source}: unknown top-level keys {sorted(unknown)}")
     simulation = _simulation(data.get("simulation") or {}, source)
     defaults = _section(data.get("node_defaults") or {}, f"{source}: node_defaults")
     nodes: list[NodeSpec] = []
+    templates: dict[str, dict[str, Any]] = {}
     for index, group in enumerate(data.get("node_groups") or []):
         where = f"{source}: node_groups[{index}]"
         if not isinstance(group, dict):
@@ -93,6 +109,8 @@ def parse_cluster(data: Any, source: str = "cluster file") -> ClusterSpec:
         if not isinstance(members, list) or not members:
             raise NodeFileError(f"{where}: a group needs a non-empty list of nodes")
         shared = _section({k: v for k, v in group.items() if k not in ("name", "nodes")}, where)
+        if group.get("name"):
+            templates[str(group["name"])] = shared
         for number, member in enumerate(members):
             node_where = f"{where}.nodes[{number}]"
             if not isinstance(member, dict) or not member.get("name"):
@@ -105,7 +123,50 @@ def parse_cluster(data: Any, source: str = "cluster file") -> ClusterSpec:
         raise NodeFileError(f"{source}: duplicate node names {duplicates}")
     if not nodes:
         raise NodeFileError(f"{source}: no nodes")
-    return ClusterSpec(nodes=nodes, simulation=simulation)
+    pools = _pools(data.get("node_pools") or [], defaults, templates, source)
+    return ClusterSpec(nodes=nodes, simulation=simulation, pools=pools)
+
+
+# The label the provisioner puts on a pool's nodes (the portal reads it: queues.cluster).
+NODE_POOL_LABEL = "gpuportal.io/node-pool"
+
+
+def _pools(
+    data: Any, defaults: dict[str, Any], templates: dict[str, dict[str, Any]], source: str
+) -> list[PoolSpec]:
+    if not isinstance(data, list):
+        raise NodeFileError(f"{source}: node_pools must be a list")
+    pools: list[PoolSpec] = []
+    for index, raw in enumerate(data):
+        where = f"{source}: node_pools[{index}]"
+        if not isinstance(raw, dict) or not raw.get("name"):
+            raise NodeFileError(f"{where}: a pool needs a name")
+        unknown = set(raw) - {"name", "template", "labels", "lead_seconds", "failure_rate"}
+        if unknown:
+            raise NodeFileError(f"{where}: unknown keys {sorted(unknown)}")
+        template = str(raw.get("template", ""))
+        if template not in templates:
+            raise NodeFileError(f"{where}.template: no node group named {template!r}")
+        lead = raw.get("lead_seconds") or {}
+        try:
+            median = float(lead["median"])
+            p90 = float(lead.get("p90", median))
+            failure = float(raw.get("failure_rate", 0))
+        except (KeyError, TypeError, ValueError) as error:
+            raise NodeFileError(f"{where}: lead_seconds needs a median: {error}") from None
+        if not 0 < median <= p90 or not 0 <= failure < 1:
+            raise NodeFileError(f"{where}: needs 0 < median <= p90 and 0 <= failure_rate < 1")
+        labels = {str(k): str(v) for k, v in (raw.get("labels") or {}).items()}
+        own = _section({"labels": {**labels, NODE_POOL_LABEL: str(raw["name"])}}, where)
+        pools.append(
+            PoolSpec(str(raw["name"]), (defaults, templates[template], own), median, p90, failure)
+        )
+    return pools
+
+
+def pool_node_spec(pool: PoolSpec, name: str) -> NodeSpec:
+    """A new node of ``pool``."""
+    return _merge(name, list(pool.layers), f"node_pools[{pool.name}]")
 
 
 def _simulation(data: Any, source: str) -> SimulationSettings:

@@ -31,4 +31,8 @@ RESOURCES: dict[str, Resource] = {
     "events": Resource("events", "Event", "", namespaced=True, short_names=("ev",)),
     "secrets": Resource("secrets", "Secret", "", namespaced=True),
     "jobs": Resource("jobs", "Job", "batch", namespaced=True),
+    # the cluster-autoscaler's custom resource (simcluster.provisioner answers it)
+    "provisioningrequests": Resource(
+        "provisioningrequests", "ProvisioningRequest", "autoscaling.x-k8s.io", namespaced=True
+    ),
 }

@@ -17,6 +17,10 @@ Served paths (``{ns}`` a namespace)::
     POST   /api/v1/namespaces/{ns}/secrets  DELETE /api/v1/namespaces/{ns}/secrets/{name}
     GET    /apis/batch/v1/jobs  /apis/batch/v1/namespaces/{ns}/jobs[/{name}[/status]]
     POST   /apis/batch/v1/namespaces/{ns}/jobs   DELETE /apis/batch/v1/namespaces/{ns}/jobs/{name}
+    GET    /apis/autoscaling.x-k8s.io/v1/provisioningrequests
+           /apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests[/{name}]
+    POST   /apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests
+    DELETE /apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests/{name}
 
 The side API for people and out-of-process tests (same bearer token)::
 
@@ -67,6 +71,7 @@ from simcluster.store import Change, Expired
 
 logger = logging.getLogger(__name__)
 
+PROVISIONING_GROUP = "autoscaling.x-k8s.io"
 KUBERNETES_VERSION = {
     "major": "1",
     "minor": "33",
@@ -652,6 +657,8 @@ def _create(
         return Response(201, cluster.create_job(namespace, data, dry_run=dry_run))
     if resource.name == "secrets":
         return Response(201, cluster.create_secret(namespace, data, dry_run=dry_run))
+    if resource.name == "provisioningrequests":
+        return Response(201, cluster.create_provisioning_request(namespace, data, dry_run=dry_run))
     return Response(201, cluster.create_pod(namespace, data, dry_run=dry_run))
 
 
@@ -673,6 +680,8 @@ def _delete(
         return Response(200, result, headers={"Warning": warning} if warning else {})
     if resource.name == "secrets":
         return Response(200, handler.cluster.delete_secret(namespace, name, dry_run=dry_run))
+    if resource.name == "provisioningrequests":
+        return Response(200, handler.cluster.delete_provisioning_request(namespace, name))
     return Response(
         200, handler.cluster.delete_pod(namespace, name, grace_seconds=grace, dry_run=dry_run)
     )
@@ -750,6 +759,8 @@ _OPERATIONS: dict[tuple[str, str, bool, str | None], Operation] = {
     ("POST", "jobs", False, None): _create,
     ("POST", "pods", False, None): _create,
     ("POST", "secrets", False, None): _create,
+    ("POST", "provisioningrequests", False, None): _create,
+    ("DELETE", "provisioningrequests", True, None): _delete,
     ("DELETE", "jobs", True, None): _delete,
     ("DELETE", "pods", True, None): _delete,
     ("DELETE", "secrets", True, None): _delete,
@@ -765,6 +776,8 @@ def _parse_path(path: str) -> tuple[Resource, str | None, str | None, str | None
         group, rest = "", parts[2:]
     elif parts[:3] == ["apis", "batch", "v1"]:
         group, rest = "batch", parts[3:]
+    elif parts[:3] == ["apis", PROVISIONING_GROUP, "v1"]:
+        group, rest = PROVISIONING_GROUP, parts[3:]
     else:
         return None
     namespace = None
@@ -796,16 +809,25 @@ def _discovery(path: str, sim: SimServer) -> dict[str, Any] | None:
         }
     batch_version = {"groupVersion": "batch/v1", "version": "v1"}
     batch_group = {"name": "batch", "versions": [batch_version], "preferredVersion": batch_version}
+    scaling_version = {"groupVersion": f"{PROVISIONING_GROUP}/v1", "version": "v1"}
+    scaling_group = {
+        "name": PROVISIONING_GROUP,
+        "versions": [scaling_version],
+        "preferredVersion": scaling_version,
+    }
     if path == "/apis":
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group]}
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [batch_group, scaling_group]}
     if path == "/apis/batch":
         return {"kind": "APIGroup", "apiVersion": "v1", **batch_group}
-    if path in ("/api/v1", "/apis/batch/v1"):
-        group = "" if path == "/api/v1" else "batch"
+    if path == f"/apis/{PROVISIONING_GROUP}":
+        return {"kind": "APIGroup", "apiVersion": "v1", **scaling_group}
+    groups = {"/api/v1": "", "/apis/batch/v1": "batch", f"/apis/{PROVISIONING_GROUP}/v1": None}
+    if path in groups:
+        group = groups[path] if groups[path] is not None else PROVISIONING_GROUP
         return {
             "kind": "APIResourceList",
             "apiVersion": "v1",
-            "groupVersion": "v1" if not group else "batch/v1",
+            "groupVersion": f"{group}/v1" if group else "v1",
             "resources": [_api_resource(r) for r in RESOURCES.values() if r.group == group],
         }
     return None
@@ -813,9 +835,9 @@ def _discovery(path: str, sim: SimServer) -> dict[str, Any] | None:
 
 def _api_resource(resource: Resource) -> dict[str, Any]:
     verbs = ["get", "list", "watch"]
-    if resource.name in ("namespaces", "jobs", "pods", "secrets"):
+    if resource.name in ("namespaces", "jobs", "pods", "secrets", "provisioningrequests"):
         verbs.append("create")
-    if resource.name in ("jobs", "pods", "secrets"):
+    if resource.name in ("jobs", "pods", "secrets", "provisioningrequests"):
         verbs.append("delete")
     if resource.name == "nodes":
         verbs.append("patch")
@@ -902,6 +924,8 @@ def inject_fault(cluster: SimCluster, spec: dict[str, Any]) -> dict[str, Any]:
                 propagation=options.get("propagation", "Background"),
             )
             return body
+        elif kind == "provisioning_failure":
+            cluster.fail_provisioning(int(options.get("count", 1)))
         elif kind == "foreign_pod":
             return cluster.create_foreign_pod(**options)
         else:

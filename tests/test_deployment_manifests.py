@@ -32,12 +32,14 @@ def test_the_portal_may_not_touch_anything_it_does_not_need():
     }
 
     assert grants == {
-        ("", "nodes"): ["get", "list", "patch", "watch"],  # patch: drains
+        ("", "nodes"): ["get", "list", "patch", "watch"],  # patch: drains, scale-down asks
         ("", "pods"): ["delete", "get", "list", "watch"],
         ("", "pods/log"): ["get"],
         ("", "events"): ["list"],
         ("", "namespaces"): ["create", "get"],
         ("batch", "jobs"): ["create", "delete", "get", "list", "watch"],
+        # asking node pools for nodes (docs/cluster.md, "Node pools")
+        ("autoscaling.x-k8s.io", "provisioningrequests"): ["create", "get", "list"],
     }
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in role["rules"])
 

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 from chargeback.capacity import capacity_split
 from chargeback.exports import waste_total
 from chargeback.ops import charts
+from chargeback.ops.elastic import node_pools_report
 from chargeback.ops.headline import headline_read
 from chargeback.ops.metrics import metrics_text
 from chargeback.ops.selectors import (
@@ -97,6 +98,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "days": DAYS,
         "hours": HOURS,
         "charts": figures,
+        "node_pools": node_pools_report(now=now, days=DAYS),
     }
     return render(request, "ops/dashboard.html", context)
 

@@ -17,6 +17,7 @@ from queues.admission.asks import Ask, shape_on, smaller_pod_hint
 from queues.admission.capability import resolve_capability
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
+    COMING_MARK,
     CapacityKind,
     PreemptionClass,
     Queue,
@@ -487,11 +488,17 @@ def _shortage_causes(
     usable_eq = min(view.free_eq, max(usable, 0))
     short_devices = max(0, needed - view.free)
     short_eq = max(0, demand - usable_eq)
-    down: dict[str, list[tuple[str, int, int, str]]] = {"unhealthy": [], "maintenance": []}
+    down: dict[str, list[tuple[str, int, int, str]]] = {
+        "unhealthy": [],
+        "maintenance": [],
+        "coming": [],
+    }
     for local in view.down:
         index = pool.nodes[local]
         node = state.nodes[index]
         kind = "unhealthy" if not node.healthy else "maintenance"
+        if COMING_MARK in node.name:  # a node pool's node not there yet (elastic.py)
+            kind = "coming"
         down[kind].append(
             (
                 node.name,
@@ -505,6 +512,7 @@ def _shortage_causes(
     extra: list[PendingReason] = []
     for kind, code in (
         ("maintenance", ReasonCode.MAINTENANCE),
+        ("coming", ReasonCode.MAINTENANCE),  # told apart, and reworded, by elastic.py
         ("unhealthy", ReasonCode.UNHEALTHY),
     ):
         nodes = down[kind]
@@ -512,7 +520,7 @@ def _shortage_causes(
             continue
         devices = sum(n[1] for n in nodes)
         eq = sum(n[2] for n in nodes)
-        what = "in maintenance" if kind == "maintenance" else "unhealthy"
+        what = "unhealthy" if kind == "unhealthy" else "in maintenance"
         verb = "is" if len(nodes) == 1 else "are"
         message = (
             f"{len(nodes)} of the {matching} matching nodes {verb} {what} "
@@ -527,7 +535,7 @@ def _shortage_causes(
             "unit": unit,
         }
         hint = ""
-        if kind == "maintenance":
+        if kind != "unhealthy":
             backs = sorted(
                 (state.nodes[state.node_index[n[0]]].maintenance_until, n[0])
                 for n in nodes

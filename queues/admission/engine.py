@@ -32,6 +32,7 @@ from typing import Any
 
 from queues.admission.asks import Ask, build_asks, build_probe_asks
 from queues.admission.diagnose import class_causes, entitlement, eq_json, eq_text, time_text
+from queues.admission.elastic import elastic_plan
 from queues.admission.estimate import simulate
 from queues.admission.fit import Fit, Option, fit_class, hold
 from queues.admission.never import never_fits
@@ -142,6 +143,11 @@ def plan(
     ``Plan.pending`` (``Plan.partial``): the same decisions, without the cost of explaining
     thousands of waiting jobs whose statuses are not needed.
     """
+    if snapshot.node_pools:
+        # nodes that are not there yet, shown to this same planner (queues/admission/elastic.py)
+        return elastic_plan(
+            snapshot, plan, replay_budget=replay_budget, estimates=estimates, explain=explain
+        )
     state = State(snapshot)
     asks = build_asks(state)
     probes = build_probe_asks(state, asks)

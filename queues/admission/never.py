@@ -28,6 +28,7 @@ from queues.admission.diagnose import (
     untolerated,
 )
 from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.snapshot import WARM_TAINT
 from queues.admission.state import Pool, Shape, State, place
 
 ANY_TAINT = frozenset({"*"})
@@ -262,6 +263,11 @@ def _fits_empty(state: State, pool: Pool, shape: Shape) -> bool:
     maintenance and healthy (a broken or not-ready node is a state the cluster may leave), and
     pods the portal did not create have ended too: all devices free, and on time-sliced nodes
     all of their memory (memory running pods declared is a wait, not a never)."""
+    held = frozenset(key for taints in pool.taints for key in taints if key.startswith(WARM_TAINT))
+    if held:
+        # a node held empty for a queue's warm floor (elastic.py) is a state the cluster leaves
+        # as soon as that queue runs on it or the pool adds a node: a wait, not a never
+        shape = replace(shape, tolerations=shape.tolerations | held)
     key = ("fits-empty", id(pool), shape)
     known = state.memo.get(key)
     if known is None:

@@ -151,6 +151,25 @@ class PendingStatus:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    """Ask node pool ``pool`` for ``nodes`` more nodes: for the waiting jobs ``for_jobs`` that
+    fit only on nodes not there yet, and ``warm`` of them to restore queues' warm floors."""
+
+    pool: str
+    nodes: int
+    for_jobs: tuple[JobId, ...] = ()
+    warm: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "nodes": self.nodes,
+            "for_jobs": list(self.for_jobs),
+            "warm": self.warm,
+        }
+
+
 @dataclass(frozen=True)
 class Plan:
     """One admission decision. ``pending`` holds a status for every pending job not admitted,
@@ -165,6 +184,9 @@ class Plan:
     admitted_reasons: tuple[tuple[JobId, tuple[PendingReason, ...]], ...] = ()
     probe_estimates: tuple[tuple[JobId, EstimatedStart], ...] = ()
     partial: bool = False
+    # Nodes to ask node pools for (``ScaleUp``); None: not decided by this plan (no node pools,
+    # or a plan without the forecast, which a scale-up's timing depends on).
+    scale_up: tuple[ScaleUp, ...] | None = None
 
     def status(self, job_id: JobId) -> PendingStatus | None:
         """The pending status of ``job_id``, or None if it was admitted or is unknown."""

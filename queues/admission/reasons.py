@@ -35,6 +35,8 @@ class ReasonCode(StrEnum):
     CONTAINER_CONFIG_ERROR = "ContainerConfigError"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"
     NEVER_FITS = "NeverFits"
+    # Fits only on a node not there yet: one a node pool's provisioner is adding for it.
+    PROVISIONING = "Provisioning"
 
 
 @dataclass(frozen=True, slots=True)

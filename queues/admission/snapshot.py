@@ -27,6 +27,12 @@ from queues.admission.capability import CapabilityRequest, GpuClassSpec
 
 JobId = int
 ReservationId = int
+# In the name of a node a node pool has not brought yet (queues/admission/elastic.py shows them
+# to the planner); never in a Kubernetes name, so never a real node's.
+COMING_MARK = "~"
+# The taint key prefix elastic.py puts (in the planner's view only) on empty nodes a queue's warm
+# floor holds: ``gpuportal.io/warm-for-<queue>``.
+WARM_TAINT = "gpuportal.io/warm-for-"
 
 
 class PreemptionClass(StrEnum):
@@ -304,6 +310,36 @@ class PendingJob:
     forecast: Forecast | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    """Nodes of one GPU class that a provisioner adds on request (docs/cluster.md, "Node
+    pools"). ``template`` is the shape of one new node (its name is not used). ``members``
+    names the pool's nodes in ``Snapshot.nodes``; ``provisioning`` holds, per node asked for
+    and not yet come, when it was asked for. A new node is Ready ``lead_median`` after it is
+    asked for, ``lead_p90`` at the latest nine times in ten. ``scale_up_queues`` may have nodes
+    added for their jobs; ``warm_floors`` keeps, per queue, that many of the class's nodes
+    ready for it: the nodes its jobs run on count, and up to the rest are held empty for it.
+    """
+
+    name: str
+    gpu_class: str
+    max_nodes: int
+    template: Node
+    lead_median: timedelta
+    lead_p90: timedelta
+    min_nodes: int = 0
+    members: tuple[str, ...] = ()
+    provisioning: tuple[datetime, ...] = ()
+    scale_up_queues: tuple[str, ...] = ()
+    warm_floors: tuple[tuple[str, int], ...] = ()
+    scale_down_delay: timedelta = timedelta(minutes=10)
+
+    @property
+    def headroom(self) -> int:
+        """How many more nodes the pool may be asked for."""
+        return max(0, self.max_nodes - len(self.members) - len(self.provisioning))
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the engine needs for one decision. The engine never mutates it.
@@ -326,6 +362,7 @@ class Snapshot:
     pending: tuple[PendingJob, ...] = ()
     cluster_unreachable_since: datetime | None = None
     probes: tuple[PendingJob, ...] = ()
+    node_pools: tuple[NodePool, ...] = ()  # empty: a fixed cluster (see ``NodePool``)
 
     def __post_init__(self) -> None:
         if self.now.tzinfo is None:

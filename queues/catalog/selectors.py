@@ -20,6 +20,11 @@ from queues.models import (
     Job,
     JobState,
     Node,
+    NodePool,
+    NodePoolQueue,
+    NodeProvisioning,
+    PoolNode,
+    ProvisioningState,
     Queue,
     QueueEstimate,
     QueueStats,
@@ -47,6 +52,18 @@ def queues_visible_to(user: User) -> QuerySet[Queue]:
     if is_admin(user):
         return queues
     return queues.filter(Q(teams__members=user) & Q(teams__active=True)).distinct()
+
+
+def with_pool_terms(queues: QuerySet[Queue]) -> QuerySet[Queue]:
+    """``queues`` with their terms on node pools (may add nodes, warm floor) for the pages."""
+    return queues.prefetch_related(
+        Prefetch(
+            "pool_terms",
+            queryset=NodePoolQueue.objects.filter(pool__active=True)
+            .select_related("pool__gpu_class")
+            .order_by("pool__name"),
+        )
+    )
 
 
 def teams_of(user: User) -> QuerySet[Team]:
@@ -414,3 +431,67 @@ def free_devices() -> dict[str, FreeDevices]:
         )
         for name in set(gpus) | set(slices) | set(replicas)
     }
+
+
+@dataclass(frozen=True)
+class PoolNow:
+    """A node pool as the catalog shows it: its nodes ready, being provisioned and still
+    possible, how long a new one takes, and the queues' warm floors on it."""
+
+    name: str
+    gpu_class: str
+    node_gpus: int
+    ready: int
+    provisioning: int
+    possible: int
+    lead_median: timedelta
+    lead_p90: timedelta
+    learned_from: int
+    warm: list[tuple[str, int]]
+    scale_up: list[str]
+    last_failure: str
+
+
+def node_pools_now(classes: list[str]) -> list[PoolNow]:
+    """The active node pools of ``classes`` (every pool when empty), by name."""
+    pools = (
+        NodePool.objects.active()
+        .select_related("gpu_class")
+        .prefetch_related("queue_terms__queue")
+        .order_by("name")
+    )
+    if classes:
+        pools = pools.filter(gpu_class__name__in=classes)
+    found = []
+    for pool in pools:
+        ready = PoolNode.objects.filter(pool=pool, removed_at__isnull=True).count()
+        coming = sum(
+            max(0, nodes - len(came))
+            for nodes, came in NodeProvisioning.objects.filter(
+                pool=pool, state=ProvisioningState.PROVISIONING
+            ).values_list("nodes", "nodes_ready")
+        )
+        latest = NodeProvisioning.objects.filter(pool=pool).order_by("-requested_at", "-id").first()
+        median, p90, learned = pool.lead_times()
+        terms = sorted(
+            (t for t in pool.queue_terms.all() if t.queue.active), key=lambda t: t.queue.name
+        )
+        found.append(
+            PoolNow(
+                name=pool.name,
+                gpu_class=pool.gpu_class.name,
+                node_gpus=pool.node_gpus,
+                ready=ready,
+                provisioning=coming,
+                possible=max(0, pool.max_nodes - ready - coming),
+                lead_median=median,
+                lead_p90=p90,
+                learned_from=learned,
+                warm=[(t.queue.name, t.warm_nodes) for t in terms if t.warm_nodes],
+                scale_up=[t.queue.name for t in terms if t.may_scale_up],
+                last_failure=latest.failure
+                if latest is not None and latest.state == ProvisioningState.FAILED
+                else "",
+            )
+        )
+    return found

@@ -14,17 +14,19 @@ from queues.catalog import charts
 from queues.catalog.selectors import (
     class_availability,
     free_devices,
+    node_pools_now,
     queue_pending,
     queue_wait_history,
     queues_live,
     queues_visible_to,
     teams_of,
+    with_pool_terms,
 )
 
 
 @login_required
 def catalog(request: PortalRequest) -> HttpResponse:
-    queues = list(queues_visible_to(request.user))
+    queues = list(with_pool_terms(queues_visible_to(request.user)))
     live = queues_live(queues, request.user, now=timezone.now())
     classes = sorted({g.name for q in queues for g in q.allowed_gpu_classes.all()})
     availability = class_availability(classes, list(live.values())) if queues else []
@@ -36,6 +38,7 @@ def catalog(request: PortalRequest) -> HttpResponse:
             "my_teams": teams_of(request.user),
             "availability": availability,
             "free_devices": free_devices(),
+            "node_pools": node_pools_now(classes) if classes else [],
             "charts": [("free", json.loads(charts.free_vs_total(availability)))]
             if availability
             else [],
@@ -45,7 +48,7 @@ def catalog(request: PortalRequest) -> HttpResponse:
 
 @login_required
 def queue_detail(request: PortalRequest, name: str) -> HttpResponse:
-    queue = get_object_or_404(queues_visible_to(request.user), name=name)
+    queue = get_object_or_404(with_pool_terms(queues_visible_to(request.user)), name=name)
     allowed = list(queue.allowed_gpu_classes.all())
     capabilities = [
         (capability, capability.resolve(allowed))
@@ -73,5 +76,6 @@ def queue_detail(request: PortalRequest, name: str) -> HttpResponse:
             ],
             "waits": waits,
             "free_devices": free_devices(),
+            "node_pools": node_pools_now([g.name for g in allowed]) if allowed else [],
         },
     )

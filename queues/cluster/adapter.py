@@ -48,6 +48,11 @@ from queues.cluster.pods import JOB_ID_LABEL
 logger = logging.getLogger(__name__)
 
 PORTAL_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+# The cluster-autoscaler's ProvisioningRequest (autoscaling.x-k8s.io): how the portal asks a node
+# pool's provisioner for nodes (queues/cluster/provisioning.py builds them).
+PROVISIONING_GROUP = "autoscaling.x-k8s.io"
+PROVISIONING_VERSION = "v1"
+PROVISIONING_PLURAL = "provisioningrequests"
 # How often, at most, a request first looks whether the credentials' files changed.
 CREDENTIALS_CHECK_SECONDS = 1.0
 
@@ -209,6 +214,7 @@ class Cluster:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
 
     def _reload(self, why: str, *, unless_since: int | None = None) -> None:
         """Load the credentials again from the source (one thread at a time; a thread whose
@@ -430,6 +436,38 @@ class Cluster:
             _content_type="application/merge-patch+json",
         )
         return result
+
+    def list_provisioning_requests(self, namespace: str) -> Listing:
+        """The ProvisioningRequests in ``namespace`` (the portal's, by its label)."""
+        return self._list(
+            self.custom.list_namespaced_custom_object,
+            group=PROVISIONING_GROUP,
+            version=PROVISIONING_VERSION,
+            namespace=namespace,
+            plural=PROVISIONING_PLURAL,
+            label_selector=PORTAL_SELECTOR,
+        )
+
+    def create_provisioning_request(self, body: dict[str, Any]) -> bool:
+        """Create a ProvisioningRequest; False if one of that name exists (a retried create).
+        The portal asks for nodes only this way: it never creates a Node."""
+        namespace = body["metadata"]["namespace"]
+        self.ensure_namespace(namespace)
+        try:
+            self._call(
+                self.custom.create_namespaced_custom_object,
+                PROVISIONING_GROUP,
+                PROVISIONING_VERSION,
+                namespace,
+                PROVISIONING_PLURAL,
+                body,
+                raw=True,
+            )
+        except ClusterRejected as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     def delete_job(self, namespace: str, name: str, *, grace_seconds: int | None = None) -> bool:
         """Delete the Job and, in the background, its pods; False if it was already gone."""

@@ -192,6 +192,7 @@ def job_detail(request: PortalRequest, job_id: int) -> HttpResponse:
         "cost": job_cost_so_far(job, now=now),
         "progress": job_progress(job, now=now),
         "drain": job_drain_notice(job),
+        "new_node": job.new_node_text(now),
     }
     # htmx polls the whole job page while the job is live; the partial stops polling once not
     if request.htmx:

@@ -25,6 +25,8 @@ from queues.models import (
     FairShareSettings,
     GpuClass,
     Node,
+    NodePool,
+    NodePoolQueue,
     PortalRole,
     Queue,
     Quota,
@@ -58,6 +60,7 @@ SECTION_MODELS: dict[str, type[Model]] = {
     "teams": Team,
     "queues": Queue,
     "reservations": Reservation,
+    "node_pools": NodePool,
 }
 
 
@@ -354,6 +357,7 @@ def _write_policy(current: Policy, wanted: Policy, report: PolicyReport) -> None
         "teams": _write_team,
         "queues": _write_queue,
         "reservations": _write_reservation,
+        "node_pools": _write_node_pool,
     }
     for section in NAMED_SECTIONS:
         for name, fields in wanted.get(section, {}).items():
@@ -537,6 +541,31 @@ def _write_reservation(name: str, fields: dict[str, Any], report: PolicyReport) 
             "ends_at": fields["ends_at"],
         },
     )
+
+
+def _write_node_pool(name: str, fields: dict[str, Any], report: PolicyReport) -> None:
+    shape, lead = fields["node"], fields["lead_time"]
+    pool = _upsert(
+        NodePool,
+        name,
+        {
+            "description": fields["description"],
+            "gpu_class": GpuClass.objects.get(name=fields["gpu_class"]),
+            "min_nodes": fields["min_nodes"],
+            "max_nodes": fields["max_nodes"],
+            "node_gpus": shape["gpus"],
+            "node_mig_layout": shape["mig_layout"],
+            "node_time_slice_replicas": shape["time_slicing_replicas"],
+            "node_labels": shape["labels"],
+            "lead_time_median": lead["median"],
+            "lead_time_p90": lead["p90"],
+            "scale_down_delay": fields["scale_down_delay"],
+        },
+    )
+    queues = _by_name(Queue, fields["queues"])
+    for queue_name, terms in fields["queues"].items():
+        NodePoolQueue.objects.update_or_create(pool=pool, queue=queues[queue_name], defaults=terms)
+    NodePoolQueue.objects.filter(pool=pool).exclude(queue__name__in=list(fields["queues"])).delete()
 
 
 def _prune(section: str, name: str) -> Change:

@@ -14,6 +14,7 @@ from queues.models import (
     CapabilityClass,
     FairShareSettings,
     GpuClass,
+    NodePool,
     Queue,
     RateCard,
     RateCardWeight,
@@ -105,6 +106,13 @@ def policy_current() -> Policy:
         .order_by("name")
         .select_related("team", "queue", "gpu_class")
     }
+    pools = (
+        NodePool.objects.active()
+        .order_by("name")
+        .select_related("gpu_class")
+        .prefetch_related("queue_terms__queue")
+    )
+    policy["node_pools"] = {p.name: node_pool_policy_fields(p) for p in pools}
     cards = RateCard.objects.order_by("effective_from").prefetch_related(
         Prefetch("weights", queryset=RateCardWeight.objects.select_related("gpu_class"))
     )
@@ -143,6 +151,28 @@ def policy_current() -> Policy:
     if roles != no_roles():
         policy["roles"] = roles
     return policy
+
+
+def node_pool_policy_fields(pool: NodePool) -> dict[str, Any]:
+    return {
+        "description": pool.description,
+        "gpu_class": pool.gpu_class.name,
+        "min_nodes": pool.min_nodes,
+        "max_nodes": pool.max_nodes,
+        "node": {
+            "gpus": pool.node_gpus,
+            "mig_layout": dict(sorted(pool.node_mig_layout.items())),
+            "time_slicing_replicas": pool.node_time_slice_replicas,
+            "labels": dict(sorted(pool.node_labels.items())),
+        },
+        "lead_time": {"median": pool.lead_time_median, "p90": pool.lead_time_p90},
+        "scale_down_delay": pool.scale_down_delay,
+        "queues": {
+            t.queue.name: {"may_scale_up": t.may_scale_up, "warm_nodes": t.warm_nodes}
+            for t in sorted(pool.queue_terms.all(), key=lambda t: t.queue.name)
+            if t.queue.active
+        },
+    }
 
 
 def rate_card_key(card: RateCard) -> str:

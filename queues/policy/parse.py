@@ -51,12 +51,20 @@ SECTIONS = (
     "teams",
     "queues",
     "reservations",
+    "node_pools",
     "rate_cards",
     "budgets",
     "roles",
 )
 # Sections whose objects are named and may be pruned, in the order they are written.
-NAMED_SECTIONS = ("gpu_classes", "capability_classes", "teams", "queues", "reservations")
+NAMED_SECTIONS = (
+    "gpu_classes",
+    "capability_classes",
+    "teams",
+    "queues",
+    "reservations",
+    "node_pools",
+)
 DEFAULT_USAGE_HALF_LIFE = timedelta(days=7)
 
 # Matched on the whole string (fullmatch): with re.match and "$", "bob\n" would pass.
@@ -480,6 +488,10 @@ def parse_policy(data: Any, *, existing: Policy | None = None) -> Policy:
     if "reservations" in data:
         policy["reservations"] = _parse_reservations(
             data, problems, set(known("gpu_classes")), set(known("teams")), known("queues")
+        )
+    if "node_pools" in data:
+        policy["node_pools"] = _parse_node_pools(
+            data, problems, known("gpu_classes"), set(known("queues"))
         )
     if "rate_cards" in data:
         policy["rate_cards"] = _parse_rate_cards(data, problems, set(known("gpu_classes")))
@@ -1221,6 +1233,194 @@ def _budget(value: Any, where: str, entry: _Entry) -> dict[str, Any] | None:
         entry.problem(where, "required: an amount, or monthly and/or months")
         return None
     return {"monthly": monthly, "months": dict(sorted(months.items()))}
+
+
+NODE_POOL_FIELDS = (
+    "name",
+    "description",
+    "gpu_class",
+    "min_nodes",
+    "max_nodes",
+    "node",
+    "lead_time",
+    "scale_down_delay",
+    "queues",
+)
+NODE_SHAPE_FIELDS = ("gpus", "mig_layout", "time_slicing_replicas", "labels")
+NODE_SHAPE_LABELS = ("rack", "network_domain")
+POOL_QUEUE_FIELDS = ("may_scale_up", "warm_nodes")
+MAX_POOL_NODES = 10_000
+
+
+def _parse_node_pools(
+    data: Mapping[str, Any],
+    problems: list[Problem],
+    gpu_classes: Mapping[str, Any],
+    queue_names: set[str],
+) -> dict[str, Any]:
+    """``node_pools``: per GPU class, the nodes a provisioner adds and removes (docs/policy.md).
+    Each error names the pool and the field (``node_pools[l4-pool].node.gpus``)."""
+    result: dict[str, Any] = {}
+    classes_taken: dict[str, str] = {}
+    for name, entry in _named_entries(data, "node_pools", problems, NAME):
+        entry.check_fields(NODE_POOL_FIELDS)
+        gpu_class = entry.get("gpu_class", _text)
+        spec = gpu_classes.get(gpu_class) if gpu_class else None
+        if gpu_class and spec is None:
+            entry.problem("gpu_class", f"unknown GPU class {gpu_class!r}")
+        elif gpu_class in classes_taken:
+            entry.problem(
+                "gpu_class", f"{gpu_class} already has node pool {classes_taken[gpu_class]}"
+            )
+        elif gpu_class:
+            classes_taken[gpu_class] = name
+        bound = _bounded(MAX_POOL_NODES)
+        min_nodes = entry.get("min_nodes", _int, default=0, check=_not_negative_or(bound))
+        max_nodes = entry.get("max_nodes", _int, check=_positive_or(bound))
+        if min_nodes is not None and max_nodes is not None and min_nodes > max_nodes:
+            entry.problem("max_nodes", f"{max_nodes} is less than min_nodes {min_nodes}")
+        shape = _node_shape(entry, spec)
+        lead = _lead_time(entry)
+        delay = entry.get("scale_down_delay", parse_duration, check=_not_negative_duration)
+        terms = _pool_queue_terms(entry, queue_names)
+        if max_nodes is not None and terms:
+            floors = sum(t["warm_nodes"] for t in terms.values())
+            if floors > max_nodes:
+                entry.problem(
+                    "queues",
+                    f"warm floors add up to {floors} nodes, more than max_nodes {max_nodes}",
+                )
+        result[name] = {
+            "description": entry.get("description", _text, default=""),
+            "gpu_class": gpu_class,
+            "min_nodes": min_nodes,
+            "max_nodes": max_nodes,
+            "node": shape,
+            "lead_time": lead,
+            "scale_down_delay": delay,
+            "queues": terms,
+        }
+    return result
+
+
+def _bounded(most: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value <= most else f"at most {most:,} (got {value:,})"
+
+    return check
+
+
+def _not_negative_or(bound: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    return lambda value: _not_negative(value) or bound(value)
+
+
+def _positive_or(bound: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    return lambda value: _positive(value) or bound(value)
+
+
+def _not_negative_duration(value: timedelta) -> str | None:
+    return None if value >= timedelta(0) else "must not be negative"
+
+
+def _sub_entry(entry: _Entry, field: str) -> _Entry | None:
+    raw = entry.data.get(field)
+    if raw is None:
+        entry.problem(field, "required")
+        return None
+    if not isinstance(raw, dict):
+        entry.problem(field, "must be a mapping of fields")
+        return None
+    return _Entry(f"{entry.where}.{field}", raw, entry.problems)
+
+
+def _node_shape(entry: _Entry, spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    node = _sub_entry(entry, "node")
+    if node is None:
+        return None
+    node.check_fields(NODE_SHAPE_FIELDS)
+    gpus = node.get("gpus", _int, check=_positive_or(_bounded(64)))
+    replicas = node.get("time_slicing_replicas", _int, default=1, check=_positive_or(_bounded(64)))
+    layout: dict[str, int] = {}
+    raw_layout = node.data.get("mig_layout")
+    if raw_layout is not None:
+        if not isinstance(raw_layout, dict):
+            node.problem("mig_layout", "must map MIG profiles to slices per node, e.g. 1g.10gb: 7")
+        else:
+            known = (spec or {}).get("mig_profiles") or {}
+            for profile, slices in sorted(raw_layout.items(), key=lambda item: str(item[0])):
+                where = f"mig_layout.{profile}"
+                if spec is not None and str(profile) not in known:
+                    node.problem(where, f"{profile} is not one of the class's MIG profiles")
+                    continue
+                try:
+                    count = _int(slices)
+                except ValueError as exc:
+                    node.problem(where, str(exc))
+                    continue
+                if count <= 0:
+                    node.problem(where, f"must be greater than 0 (got {count})")
+                    continue
+                layout[str(profile)] = count
+    if layout and replicas not in (None, 1):
+        node.problem("time_slicing_replicas", "a MIG-partitioned node is not also time-sliced")
+    labels: dict[str, str] = {}
+    raw_labels = node.data.get("labels")
+    if raw_labels is not None:
+        if not isinstance(raw_labels, dict):
+            node.problem("labels", "must map label names to values, e.g. rack: rack-5")
+        else:
+            for key, value in sorted(raw_labels.items(), key=lambda item: str(item[0])):
+                if not isinstance(key, str) or not isinstance(value, str | int):
+                    node.problem(f"labels.{key}", f"{_shown(value)} is not text")
+                    continue
+                labels[key] = str(value)
+    return {
+        "gpus": gpus,
+        "mig_layout": layout,
+        "time_slicing_replicas": replicas,
+        "labels": labels,
+    }
+
+
+def _lead_time(entry: _Entry) -> dict[str, timedelta] | None:
+    lead = _sub_entry(entry, "lead_time")
+    if lead is None:
+        return None
+    lead.check_fields(["median", "p90"])
+    median = lead.get("median", parse_duration, check=_positive_duration)
+    p90 = lead.get("p90", parse_duration, check=_positive_duration)
+    if median is not None and p90 is not None and p90 < median:
+        lead.problem(
+            "p90", f"{format_duration(p90)} is shorter than median {format_duration(median)}"
+        )
+    return {"median": median, "p90": p90}
+
+
+def _pool_queue_terms(entry: _Entry, queue_names: set[str]) -> dict[str, Any]:
+    raw = entry.data.get("queues")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        entry.problem("queues", "must map queue names to {may_scale_up, warm_nodes}")
+        return {}
+    terms: dict[str, Any] = {}
+    for queue, fields in sorted(raw.items(), key=lambda item: str(item[0])):
+        where = f"queues.{queue}"
+        if queue not in queue_names:
+            entry.problem(where, f"unknown queue {queue!r}")
+            continue
+        if not isinstance(fields, dict):
+            entry.problem(where, "must be a mapping with may_scale_up and/or warm_nodes")
+            continue
+        term = _Entry(f"{entry.where}.{where}", fields, entry.problems)
+        term.check_fields(POOL_QUEUE_FIELDS)
+        terms[str(queue)] = {
+            "may_scale_up": term.get("may_scale_up", _bool, default=False),
+            "warm_nodes": term.get(
+                "warm_nodes", _int, default=0, check=_not_negative_or(_bounded(MAX_POOL_NODES))
+            ),
+        }
+    return terms
 
 
 # --- Writing the file ----------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from queues.models import (
     Job,
     JobState,
 )
+from queues.reconcile.elastic import pools_apply, pools_sync
 from queues.reconcile.history import history_record
 from queues.reconcile.jobs import jobs_sync, secret_values_mask
 from queues.reconcile.leases import lease_acquire, lease_release
@@ -135,6 +136,11 @@ def _cycle(
         secret_values_mask()
         usage_sync(view, now=now, report=report)
         maintenance_preempt(now=now, report=report)
+        try:
+            pools_sync(cluster, view, now=now)
+        except (ClusterUnreachable, ClusterRejected) as exc:
+            # the pools' answers are read again next cycle; nothing else waits for them
+            logger.warning("could not read the node pools' provisioning requests: %s", exc)
     with report.step("snapshot"):
         refresh = refresh_begin(Job.objects.filter(state=JobState.PENDING).count())
         snapshot = snapshot_build(now=now, forecasts=refresh.full)
@@ -173,6 +179,13 @@ def _cycle(
             snapshot = with_default_probes(snapshot)
             plan = engine.plan(snapshot)
             refresh.cost += time.monotonic() - planning
+    if snapshot.node_pools and plan.scale_up is not None:
+        with report.step("node pools"):
+            try:
+                pools_apply(cluster, snapshot, plan, now=now)
+            except ClusterUnreachable as exc:
+                cluster_unreachable(str(exc), now=now)
+                report.unreachable = str(exc)
     if read_side:
         with report.step("reasons"):
             pending_reasons_store(plan, now=now, refresh=refresh)

@@ -40,6 +40,7 @@ from queues.models import (
 )
 from queues.policy.parse import DEFAULT_USAGE_HALF_LIFE
 from queues.rates import normalized_gpu_hours
+from queues.reconcile.elastic import engine_pools, removed_node_names
 from queues.reconcile.rows import RowMemo
 
 # Fair share forgets usage older than this many half-lives (it weighs < 0.4 % by then).
@@ -164,7 +165,8 @@ def snapshot_build(
     """The admission engine's view of the cluster and the policy at ``now``; without
     ``forecasts`` no job or queue carries a runtime forecast (for ``plan(estimates=False)``,
     which uses none: the finished jobs' history is not read)."""
-    gpu_classes = list(GpuClass.objects.active().order_by("name"))
+    # with each class's node pool, if any (no query of its own: most clusters have none)
+    gpu_classes = list(GpuClass.objects.active().select_related("node_pool").order_by("name"))
     card = RateCard.objects.in_force(now)
     card_weights = {w.gpu_class_id: w.weight for w in card.weights.all()} if card else {}
     weights = {class_id: fraction(weight) for class_id, weight in card_weights.items()}
@@ -177,6 +179,10 @@ def snapshot_build(
     nodes = list(
         Node.objects.filter(gpu_class__isnull=False, gpu_class__active=True).order_by("name")
     )
+    pooled = any(hasattr(g, "node_pool") and g.node_pool.active for g in gpu_classes)
+    if pooled:
+        removed = removed_node_names()
+        nodes = [n for n in nodes if n.name not in removed]
     replicas_of = {n.name: n.time_slice_replicas for n in nodes}
     history = runtime_forecasts(runtime_history(now)) if forecasts else {}
 
@@ -215,6 +221,7 @@ def snapshot_build(
         running=tuple(_running(replicas_of, now, history)),
         pending=_pending(pending, now, forecast_of),
         cluster_unreachable_since=cluster_unreachable_since,
+        node_pools=engine_pools(nodes, now=now) if pooled else (),
     )
 
 

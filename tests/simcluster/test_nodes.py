@@ -238,4 +238,5 @@ def test_it_serves_discovery(sim_cluster):
     groups = client.ApisApi(api).get_api_versions()
 
     assert version.major == "1"
-    assert [g.name for g in groups.groups] == ["batch"]
+    # batch, and the cluster-autoscaler's ProvisioningRequest group (the node pools' provisioner)
+    assert [g.name for g in groups.groups] == ["batch", "autoscaling.x-k8s.io"]

@@ -436,7 +436,7 @@ class TestValidation:
 
         assert problems[0] == (
             "queus: unknown section (expected: fair_share, submissions, gpu_classes, "
-            "capability_classes, teams, queues, reservations, rate_cards, budgets, roles)"
+            "capability_classes, teams, queues, reservations, node_pools, rate_cards, budgets, roles)"
         )
         assert problems[1].startswith("queues[batch].max_runtme: unknown field (expected one of: ")
 

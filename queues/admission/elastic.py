@@ -1,0 +1,446 @@
+"""Elastic capacity: node pools whose nodes take minutes to come (docs/cluster.md, "Node pools").
+
+The planner itself knows only nodes. For a snapshot with node pools, ``elastic_plan`` shows it
+the nodes that are not there yet as nodes that are out of service until they are expected Ready
+(cordoned, back at the lead time's 90th percentile): the nodes being provisioned, and as many
+nodes as the pool may still add ("possible" nodes, carrying a taint only the queues that may
+scale the pool up tolerate). The planner's own rules then do the rest: nothing is admitted on
+them now; a job whose shortfall they would cover is told so (a cause that binds); the forecast
+starts it when the node comes, or earlier if GPUs free up first. Here that cause becomes the
+``Provisioning`` reason, and the plan says how many nodes to ask each pool for (``ScaleUp``).
+
+A queue's warm floor holds up to that many empty nodes of the class for it (less the nodes its
+jobs run on), with a taint only that queue tolerates; the pool is asked for nodes to keep them.
+
+Pure Python like the rest of the engine. For a snapshot without node pools none of this runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any
+
+from queues.admission.plan import EstimatedStart, PendingStatus, Plan, ScaleUp
+from queues.admission.reasons import PendingReason, ReasonCode, span_text
+from queues.admission.snapshot import (
+    COMING_MARK,
+    WARM_TAINT,
+    JobId,
+    MaintenanceState,
+    Node,
+    NodePool,
+    PendingJob,
+    Snapshot,
+)
+
+# Taints the planner sees on nodes that are not there yet or held warm; never put on a node.
+SCALE_UP_TAINT = "gpuportal.io/scale-up-"
+PROVISIONING_NOTE = "provisioning"
+# The least a node already overdue is still expected to take.
+OVERDUE_MARGIN = timedelta(minutes=1)
+
+_SHORTAGE = frozenset(
+    {
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        ReasonCode.MIG_PROFILE_UNAVAILABLE,
+        ReasonCode.FRAGMENTATION,
+        ReasonCode.TOPOLOGY,
+    }
+)
+
+
+@dataclass(slots=True)
+class Coming:
+    """A node not there yet: being provisioned (``requested``) or one the pool may add."""
+
+    name: str
+    pool: NodePool
+    requested: bool
+    ready: datetime  # expected (the lead time's median after it was asked for)
+    ready_by: datetime  # nine times in ten (the 90th percentile)
+    devices: int
+    free: int = 0
+    jobs: list[JobId] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ElasticView:
+    snapshot: Snapshot
+    pools: tuple[NodePool, ...]
+    coming: dict[str, Coming]
+    warm_short: dict[str, int]  # per pool: warm nodes the floors want and no empty node gives
+
+
+def elastic_plan(snapshot: Snapshot, fixed: Callable[..., Plan], **options: Any) -> Plan:
+    """``fixed`` (the planner) on ``snapshot`` with its pools' coming nodes; see the module."""
+    view = elastic_view(snapshot)
+    plan = fixed(view.snapshot, **options)
+    statuses, for_jobs = _provisioning_statuses(view, plan)
+    scale_up: tuple[ScaleUp, ...] | None = None
+    if options.get("estimates", True) and not plan.partial:
+        scale_up = _scale_up(view, for_jobs)
+    return replace(plan, pending=statuses, scale_up=scale_up)
+
+
+def device_count(node: Node) -> int:
+    """Devices a job's pods ask for on ``node``: GPUs, MIG slices (of its largest profile) or
+    time-slice replicas."""
+    if node.mig:
+        return max(slots.total for slots in node.mig)
+    return node.gpus * max(1, node.time_slice_replicas)
+
+
+def elastic_view(snapshot: Snapshot) -> ElasticView:
+    """The snapshot the planner sees: warm nodes held, coming nodes added (see the module)."""
+    now = snapshot.now
+    nodes = list(snapshot.nodes)
+    tolerations: dict[str, list[str]] = {}
+    coming: dict[str, Coming] = {}
+    warm_short: dict[str, int] = {}
+    busy = _nodes_by_queue(snapshot)
+    for pool in sorted(snapshot.node_pools, key=lambda p: p.name):
+        warm_short[pool.name] = _hold_warm(snapshot, pool, nodes, busy, tolerations)
+        for number, asked in enumerate(sorted(pool.provisioning), start=1):
+            ready_by = max(asked + pool.lead_p90, now + OVERDUE_MARGIN)
+            ready = min(max(asked + pool.lead_median, now), ready_by)
+            name = f"{pool.name}{COMING_MARK}{number:03d}-provisioning"
+            coming[name] = Coming(name, pool, True, ready, ready_by, device_count(pool.template))
+            nodes.append(_not_yet(pool, name, ready_by, ()))
+        if pool.scale_up_queues:
+            for queue in pool.scale_up_queues:
+                tolerations.setdefault(queue, []).append(SCALE_UP_TAINT + pool.name)
+            taint = (f"{SCALE_UP_TAINT}{pool.name}:NoSchedule",)
+            for number in range(1, _possible(snapshot, pool, warm_short[pool.name]) + 1):
+                name = f"{pool.name}{COMING_MARK}{number:03d}-new"
+                ready, ready_by = now + pool.lead_median, now + pool.lead_p90
+                coming[name] = Coming(
+                    name, pool, False, ready, ready_by, device_count(pool.template)
+                )
+                nodes.append(_not_yet(pool, name, ready_by, taint))
+    queues = tuple(
+        replace(q, tolerations=(*q.tolerations, *tolerations[q.name]))
+        if q.name in tolerations
+        else q
+        for q in snapshot.queues
+    )
+    seen = replace(snapshot, nodes=tuple(nodes), queues=queues, node_pools=())
+    pools = tuple(sorted(snapshot.node_pools, key=lambda p: p.name))
+    return ElasticView(seen, pools, coming, warm_short)
+
+
+def _not_yet(pool: NodePool, name: str, ready_by: datetime, taints: tuple[str, ...]) -> Node:
+    return replace(
+        pool.template,
+        name=name,
+        gpu_class=pool.gpu_class,
+        taints=(*pool.template.taints, *taints),
+        healthy=True,
+        maintenance=MaintenanceState.CORDONED,
+        maintenance_reason=PROVISIONING_NOTE,
+        maintenance_until=ready_by,
+        outside_gpu_eq=Fraction(0),
+    )
+
+
+def _possible(snapshot: Snapshot, pool: NodePool, warm_short: int) -> int:
+    """Possible nodes shown: the pool's headroom, but no more than could ever be of use (one
+    per waiting pod of a queue that may scale it up, plus the warm floors' shortfall)."""
+    scaling = set(pool.scale_up_queues)
+    pods = sum(job.pods for job in snapshot.pending if job.queue in scaling)
+    return min(pool.headroom, pods + warm_short)
+
+
+def _nodes_by_queue(snapshot: Snapshot) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for job in snapshot.running:
+        found.setdefault(job.queue, set()).update(job.pods)
+    return found
+
+
+def _empty(node: Node, occupied: set[str]) -> bool:
+    return (
+        node.name not in occupied
+        and node.healthy
+        and node.maintenance is MaintenanceState.NONE
+        and node.outside_gpu_eq == 0
+        and not any(slots.outside for slots in node.mig)
+    )
+
+
+def _hold_warm(
+    snapshot: Snapshot,
+    pool: NodePool,
+    nodes: list[Node],
+    busy: Mapping[str, set[str]],
+    tolerations: dict[str, list[str]],
+) -> int:
+    """Taint empty nodes of the pool's class for the queues with warm floors (in ``nodes``);
+    returns how many the floors want that no empty node could give."""
+    if not pool.warm_floors:
+        return 0
+    occupied = set().union(*busy.values()) if busy else set()
+    free = [
+        index
+        for index, node in sorted(enumerate(nodes), key=lambda item: item[1].name)
+        if node.gpu_class == pool.gpu_class and _empty(node, occupied)
+    ]
+    short = 0
+    for queue, floor in sorted(pool.warm_floors):
+        on = sum(1 for name in busy.get(queue, ()) if _class_of(snapshot, name) == pool.gpu_class)
+        wanted = max(0, floor - on)
+        tolerations.setdefault(queue, []).append(WARM_TAINT + queue)
+        for _ in range(wanted):
+            if not free:
+                short += 1
+                continue
+            index = free.pop(0)
+            node = nodes[index]
+            nodes[index] = replace(node, taints=(*node.taints, f"{WARM_TAINT}{queue}:NoSchedule"))
+    return short
+
+
+def _class_of(snapshot: Snapshot, node_name: str) -> str | None:
+    for node in snapshot.nodes:
+        if node.name == node_name:
+            return node.gpu_class
+    return None
+
+
+def warm_nodes(snapshot: Snapshot) -> dict[str, str]:
+    """The nodes the warm floors hold empty, and for which queue (what the planner sees)."""
+    view = elastic_view(snapshot)
+    held: dict[str, str] = {}
+    for node in view.snapshot.nodes:
+        for taint in node.taints:
+            if taint.startswith(WARM_TAINT):
+                held[node.name] = taint[len(WARM_TAINT) :].split(":", 1)[0]
+    return held
+
+
+# --------------------------------------------------------------------- reasons and demand
+
+
+def _provisioning_statuses(
+    view: ElasticView, plan: Plan
+) -> tuple[tuple[PendingStatus, ...], dict[str, list[JobId]]]:
+    """Every status with causes about coming nodes turned into ``Provisioning`` (when a coming
+    node would serve the job, in plan order) or left out (when none would: it keeps today's
+    reasons); and, per pool, the jobs possible nodes are to be asked for."""
+    jobs = {job.id: job for job in view.snapshot.pending}
+    for coming in view.coming.values():
+        coming.free = coming.devices
+        coming.jobs = []
+    statuses = []
+    for status in plan.pending:
+        statuses.append(_status(view, status, jobs.get(status.job_id), plan.now))
+    for_jobs: dict[str, list[JobId]] = {}
+    for coming in view.coming.values():
+        if not coming.requested and coming.jobs:
+            for_jobs.setdefault(coming.pool.name, []).extend(coming.jobs)
+    return tuple(statuses), for_jobs
+
+
+def _about_coming(view: ElasticView, reason: PendingReason) -> list[str] | None:
+    """The coming nodes a maintenance cause names, if it names only such nodes."""
+    if reason.code is not ReasonCode.MAINTENANCE:
+        return None
+    names = reason.details.get("nodes") or []
+    if names and all(name in view.coming for name in names):
+        return list(names)
+    return None
+
+
+def _status(
+    view: ElasticView, status: PendingStatus, job: PendingJob | None, now: datetime
+) -> PendingStatus:
+    if any(WARM_TAINT in r.message for r in status.reasons):
+        status = replace(status, reasons=tuple(_warm_words(r) for r in status.reasons))
+    found: list[tuple[int, list[str]]] = []
+    for i, r in enumerate(status.reasons):
+        names_of = _about_coming(view, r)
+        if names_of is not None:
+            found.append((i, names_of))
+    if not found:
+        return status
+    reasons = list(status.reasons)
+    drop = {i for i, _ in found}
+    index, names = found[0]
+    gpu_class = reasons[index].details.get("gpu_class")
+    binds = not any(
+        r.code in _SHORTAGE and r.details.get("gpu_class") == gpu_class for r in reasons[:index]
+    )
+    estimate = status.estimated_start
+    node = _place(view, names, job, estimate) if binds and job is not None else None
+    if node is None or job is None:
+        return replace(status, reasons=tuple(r for i, r in enumerate(reasons) if i not in drop))
+    reason = provisioning_reason(job, reasons[index], node, now)
+    kept = [
+        reason if i == index else r for i, r in enumerate(reasons) if i == index or i not in drop
+    ]
+    if estimate.at is not None and estimate.at == node.ready_by and node.ready < node.ready_by:
+        likely = max(node.ready, now)
+        estimate = replace(
+            estimate,
+            likely=likely,
+            range_low=min(estimate.range_low or likely, likely),
+            range_high=max(estimate.range_high or node.ready_by, node.ready_by),
+        )
+    return replace(status, reasons=tuple(kept), estimated_start=estimate)
+
+
+_WARM = re.compile(re.escape(WARM_TAINT) + r"([a-z0-9.-]+):NoSchedule")
+_TAINTS = re.compile(r"with taints queue (\S+) does not tolerate")
+
+
+def _warm_words(reason: PendingReason) -> PendingReason:
+    """A reason about the taints warm floors put (in the planner's view only) said as people
+    know it: nodes held empty for another queue's warm floor."""
+    if WARM_TAINT not in reason.message:
+        return reason
+    held = sorted(set(_WARM.findall(reason.message)))
+    message = _TAINTS.sub("held empty for other queues' warm floors", reason.message)
+    message = _WARM.sub(lambda m: f"kept warm for queue {m.group(1)}", message)
+    hint = reason.hint
+    if WARM_TAINT in hint or "tolerates the taints" in hint:
+        hint = (
+            f"the warm floor of queue {', '.join(held)} holds them until that queue runs there; "
+            "the node pool adds nodes only for queues that may scale it up"
+        )
+    return PendingReason(reason.code, message, reason.details, hint)
+
+
+def _place(
+    view: ElasticView, names: Sequence[str], job: PendingJob, estimate: EstimatedStart
+) -> Coming | None:
+    """The coming node (of ``names``, being provisioned before possible ones, soonest first)
+    that takes the job's pods, first fit in plan order; None when they do not fit, or when the
+    forecast starts the job before any of them could come."""
+    nodes = sorted(
+        (view.coming[name] for name in names), key=lambda c: (not c.requested, c.ready, c.name)
+    )
+    if estimate.at is not None and nodes and estimate.at < min(c.ready_by for c in nodes):
+        return None
+    needed = max(1, job.gpus_per_pod)
+    taken: list[Coming] = []
+    for _ in range(max(1, job.pods)):
+        for node in nodes:
+            if node.free - needed * taken.count(node) >= needed:
+                taken.append(node)
+                break
+        else:
+            return None
+    for node in taken:
+        node.free -= needed
+        if job.id not in node.jobs:
+            node.jobs.append(job.id)
+    return max(taken, key=lambda c: (c.ready_by, c.name))
+
+
+def provisioning_reason(
+    job: PendingJob, cause: PendingReason, node: Coming, now: datetime
+) -> PendingReason:
+    """``needs 8 h100-80gb GPUs; a node is being provisioned for it, ready in about 6 min
+    (p90 9 min)``."""
+    gpu_class = node.pool.gpu_class
+    unit = str(cause.details.get("unit") or "GPU")
+    count = max(1, job.pods) * max(1, job.gpus_per_pod)
+    noun = unit if count == 1 else f"{unit}s"
+    ready_in = max(node.ready - now, timedelta(0))
+    p90_in = max(node.ready_by - now, timedelta(0))
+    about = span_text(ready_in) if ready_in >= timedelta(minutes=1) else "under a minute"
+    message = (
+        f"needs {count} {gpu_class} {noun}; a node is being provisioned for it, "
+        f"ready in about {about} (p90 {span_text(p90_in)})"
+    )
+    details = {
+        "gpu_class": gpu_class,
+        "node_pool": node.pool.name,
+        "requested": count,
+        "unit": unit,
+        "already_requested": node.requested,
+        "ready_at": node.ready.isoformat(),
+        "ready_by": node.ready_by.isoformat(),
+        "ready_in_seconds": int(ready_in.total_seconds()),
+        "ready_p90_seconds": int(p90_in.total_seconds()),
+    }
+    hint = "nothing to do: it starts on the new node once it is Ready, or sooner if GPUs free up"
+    return PendingReason(ReasonCode.PROVISIONING, message, details, hint)
+
+
+def _scale_up(view: ElasticView, for_jobs: Mapping[str, list[JobId]]) -> tuple[ScaleUp, ...]:
+    asks = []
+    for pool in view.pools:
+        jobs = for_jobs.get(pool.name, [])
+        possible_used = sum(
+            1 for c in view.coming.values() if c.pool is pool and not c.requested and c.jobs
+        )
+        spare = sum(
+            1 for c in view.coming.values() if c.pool is pool and c.requested and not c.jobs
+        )
+        warm = min(max(0, view.warm_short.get(pool.name, 0) - spare), pool.headroom - possible_used)
+        nodes = possible_used + max(0, warm)
+        if nodes > 0:
+            asks.append(ScaleUp(pool.name, nodes, tuple(sorted(set(jobs))), max(0, warm)))
+    return tuple(asks)
+
+
+# --------------------------------------------------------------------- scale-down
+
+
+def scale_down(
+    snapshot: Snapshot, empty_since: Mapping[str, datetime], *, held: AbstractSet[str] = frozenset()
+) -> list[str]:
+    """The pool nodes to remove now: empty (no job's pod, nothing outside the portal) for the
+    pool's scale-down delay, never one ``held`` for a warm floor or below the warm floors or
+    ``min_nodes``, and never so many that the class's in-service GPUs fall under what its
+    reservations in force (or starting within the lead time) promise."""
+    now = snapshot.now
+    occupied: set[str] = set()
+    for job in snapshot.running:
+        occupied.update(job.pods)
+    by_name = {node.name: node for node in snapshot.nodes}
+    removed: list[str] = []
+    for pool in sorted(snapshot.node_pools, key=lambda p: p.name):
+        members = [by_name[n] for n in pool.members if n in by_name]
+        left = len(members)
+        capacity: Fraction = sum(
+            (
+                Fraction(n.gpus)
+                for n in snapshot.nodes
+                if n.gpu_class == pool.gpu_class
+                and n.healthy
+                and n.maintenance is MaintenanceState.NONE
+            ),
+            Fraction(0),
+        )
+        promised = sum(
+            (
+                Fraction(r.amount)
+                for r in snapshot.reservations
+                if r.gpu_class == pool.gpu_class
+                and (r.active_at(now) or r.active_at(now + pool.lead_p90))
+            ),
+            Fraction(0),
+        )
+        for node in sorted(members, key=lambda n: n.name, reverse=True):
+            since = empty_since.get(node.name)
+            if left <= pool.min_nodes:
+                break
+            if (
+                node.name in held
+                or since is None
+                or now - since < pool.scale_down_delay
+                or not _empty(node, occupied)
+            ):
+                continue
+            if capacity - node.gpus < promised:
+                continue
+            removed.append(node.name)
+            left -= 1
+            capacity -= node.gpus
+    return removed
