@@ -21,6 +21,7 @@ LAYERS = [
     ("queues.reconcile",),
     ("queues.jobs",),
     ("queues.operations",),  # the admin side
+    ("queues.notifications",),  # reads the timeline, drains and quota decisions; nobody imports it
 ]
 
 

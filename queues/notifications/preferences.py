@@ -1,0 +1,107 @@
+"""Who wants which notification on which channel: each person's choices, and the defaults."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from queues.models import (
+    NotificationChannel,
+    NotificationEvent,
+    NotificationPreference,
+    NotificationWebhook,
+)
+
+Choice = tuple[str, str]  # (event, channel)
+
+# Without a choice of their own, a person hears of failures, preemptions, coming drains and
+# quota decisions, not of every start and end. A webhook receives what e-mail would, once its
+# URL is set.
+ON_BY_DEFAULT = {
+    NotificationEvent.JOB_FAILED,
+    NotificationEvent.JOB_PREEMPTED,
+    NotificationEvent.JOB_DRAIN_AHEAD,
+    NotificationEvent.QUOTA_REQUEST_DECIDED,
+}
+DEFAULTS: dict[Choice, bool] = {
+    (event.value, channel.value): event in ON_BY_DEFAULT
+    for event in NotificationEvent
+    for channel in NotificationChannel
+}
+
+
+def preferences_of(user: User) -> dict[Choice, bool]:
+    """Every (event, channel) → on or off for ``user``: their choices over the defaults."""
+    chosen = {
+        (p.event, p.channel): p.enabled for p in NotificationPreference.objects.filter(user=user)
+    }
+    return {**DEFAULTS, **chosen}
+
+
+def webhook_of(user: User) -> NotificationWebhook:
+    """The person's webhook row (made, with a new signing secret, on first use)."""
+    hook, _ = NotificationWebhook.objects.get_or_create(
+        user=user, defaults={"secret": secrets.token_hex(32)}
+    )
+    return hook
+
+
+def preferences_set(*, user: User, choices: dict[Choice, bool], webhook_url: str | None) -> None:
+    """Store ``user``'s choices (every pair given; others keep theirs) and, unless None, their
+    webhook URL ("" removes it). The values are already checked (form or serializer)."""
+    unknown = set(choices) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown event or channel: {sorted(unknown)}")
+    with transaction.atomic():
+        for (event, channel), enabled in choices.items():
+            NotificationPreference.objects.update_or_create(
+                user=user, event=event, channel=channel, defaults={"enabled": enabled}
+            )
+        if webhook_url is not None:
+            hook = webhook_of(user)
+            if hook.url != webhook_url:
+                hook.url = webhook_url
+                hook.save(update_fields=["url"])
+
+
+def webhook_secret_rotate(*, user: User) -> str:
+    """A new signing secret for ``user``'s webhook (the old one stops verifying at once)."""
+    hook = webhook_of(user)
+    hook.secret = secrets.token_hex(32)
+    hook.save(update_fields=["secret"])
+    return hook.secret
+
+
+def recipients(asks: list[tuple[list[User], str]]) -> list[list[tuple[User, str]]]:
+    """For each (people, event) of ``asks``: (person, channel) for each of them who wants the
+    event on a channel they can be reached by (e-mail needs an address, a webhook a URL). Two
+    queries, however many asks."""
+    people = {u.pk: u for users, _ in asks for u in users}
+    if not people:
+        return [[] for _ in asks]
+    chosen = {
+        (p.user_id, p.event, p.channel): p.enabled
+        for p in NotificationPreference.objects.filter(user_id__in=people)
+    }
+    hooks = set(
+        NotificationWebhook.objects.filter(user_id__in=people)
+        .exclude(url="")
+        .values_list("user_id", flat=True)
+    )
+    answers = []
+    for users, event in asks:
+        found = []
+        for user in users:
+            for channel in NotificationChannel:
+                default = DEFAULTS[(event, channel.value)]
+                wanted = chosen.get((user.pk, event, channel.value), default)
+                if channel == NotificationChannel.EMAIL:
+                    reachable = bool(user.email)
+                else:
+                    reachable = user.pk in hooks
+                if wanted and reachable:
+                    found.append((user, channel.value))
+        answers.append(found)
+    return answers
