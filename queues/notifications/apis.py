@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.http import signed_in
+from portal.parsers import PortalJSONParser
 from portal.schema import ErrorDetailSerializer
 from queues.notifications.preferences import preferences_of, preferences_set, webhook_of
 from queues.notifications.serializers import NotificationSettingsSerializer
@@ -30,6 +31,8 @@ def _settings_of(user: User) -> dict[str, Any]:
 
 class NotificationSettingsView(APIView):
     """Which events reach you on which channel; the same as /settings/notifications/."""
+
+    parser_classes = [PortalJSONParser]  # preferences are a list of objects
 
     @extend_schema(
         tags=["notifications"],
@@ -55,7 +58,8 @@ class NotificationSettingsView(APIView):
         preferences_set(
             user=user,
             choices={
-                (p["event"], p["channel"]): p["enabled"] for p in body.validated_data["preferences"]
+                (p["event"], p["channel"]): p["enabled"]
+                for p in body.validated_data.get("preferences", [])
             },
             webhook_url=body.validated_data.get("webhook_url"),
         )

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from queues.models import NotificationChannel, NotificationEvent
-from queues.notifications.preferences import Choice
+from queues.notifications.preferences import Choice, webhook_url_problem
 
 WEBHOOK_HELP = (
     "Slack or Microsoft Teams incoming webhook, or your own receiver: a JSON POST with a "
@@ -20,12 +20,12 @@ def field_name(event: str, channel: str) -> str:
 
 
 class NotificationSettingsForm(forms.Form):
-    webhook_url = forms.URLField(
+    webhook_url = forms.CharField(
         required=False,
-        max_length=500,
-        assume_scheme="https",
+        strip=True,
         label="Webhook URL",
         help_text=WEBHOOK_HELP,
+        widget=forms.URLInput,
     )
 
     def __init__(self, *args: Any, preferences: dict[Choice, bool], **kwargs: Any) -> None:
@@ -40,8 +40,9 @@ class NotificationSettingsForm(forms.Form):
 
     def clean_webhook_url(self) -> str:
         url: str = self.cleaned_data["webhook_url"]
-        if url and not url.startswith(("https://", "http://")):
-            raise forms.ValidationError("an http:// or https:// address")
+        problem = webhook_url_problem(url)
+        if problem:
+            raise forms.ValidationError(problem)
         return url
 
     def choices(self) -> dict[Choice, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 
 from django.contrib.auth.models import User
@@ -15,6 +16,21 @@ from queues.models import (
 )
 
 Choice = tuple[str, str]  # (event, channel)
+
+# A webhook URL: http(s), no spaces, at most 500 characters. Whether the host answers is the
+# send's business (a failed send is tried again, then shown on the settings page as failed).
+WEBHOOK_URL_PATTERN = r"https?://[^ \t\n\r\f\v]+"  # the same in Python and JSON Schema
+WEBHOOK_URL = re.compile(WEBHOOK_URL_PATTERN)
+WEBHOOK_URL_MAX = 500
+WEBHOOK_URL_PROBLEM = "an http:// or https:// address without spaces, at most 500 characters"
+
+
+def webhook_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a webhook URL ("" — none — is fine); None when it can."""
+    if url and (len(url) > WEBHOOK_URL_MAX or not WEBHOOK_URL.fullmatch(url)):
+        return WEBHOOK_URL_PROBLEM
+    return None
+
 
 # Without a choice of their own, a person hears of failures, preemptions, coming drains and
 # quota decisions, not of every start and end. A webhook receives what e-mail would, once its

@@ -4,15 +4,42 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queues.models import NotificationChannel, NotificationEvent
+from queues.notifications.preferences import (
+    WEBHOOK_URL_MAX,
+    WEBHOOK_URL_PATTERN,
+    webhook_url_problem,
+)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON's true or false, nothing else (DRF's reads 0, "yes" and "on" too)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": f"^{WEBHOOK_URL_PATTERN}$",
+        "maxLength": WEBHOOK_URL_MAX,
+        "example": "https://hooks.slack.com/services/T000/B000/XXXX",
+    }
+)
+class WebhookUrlField(serializers.CharField):
+    pass
 
 
 class PreferenceSerializer(serializers.Serializer):
     event = serializers.ChoiceField(choices=NotificationEvent.choices)
     channel = serializers.ChoiceField(choices=NotificationChannel.choices)
-    enabled = serializers.BooleanField()
+    enabled = StrictBooleanField()
 
 
 class NotificationSettingsSerializer(serializers.Serializer):
@@ -20,12 +47,14 @@ class NotificationSettingsSerializer(serializers.Serializer):
 
     preferences = PreferenceSerializer(
         many=True,
-        help_text="Reading: every event and channel. Writing: those to change (others stay).",
+        required=False,
+        help_text="Reading: every event and channel. Writing: those to change (others stay; "
+        "of a pair named twice, the last counts).",
     )
-    webhook_url = serializers.URLField(
-        max_length=500,
+    webhook_url = WebhookUrlField(
         allow_blank=True,
         required=False,
+        trim_whitespace=False,
         help_text="Where webhook notifications are POSTed; empty: none. Leave out to keep it.",
     )
     webhook_secret = serializers.CharField(
@@ -34,13 +63,8 @@ class NotificationSettingsSerializer(serializers.Serializer):
         "'<X-GPUPortal-Timestamp>.<body>') in hex.",
     )
 
-    def validate_preferences(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        pairs = [(p["event"], p["channel"]) for p in value]
-        if len(pairs) != len(set(pairs)):
-            raise serializers.ValidationError("an event and channel is named twice")
-        return value
-
     def validate_webhook_url(self, value: str) -> str:
-        if value and not value.startswith(("https://", "http://")):
-            raise serializers.ValidationError("an http:// or https:// address")
+        problem = webhook_url_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
         return value
