@@ -425,6 +425,8 @@ NOTIFICATION_BATCH_SECONDS = env.float("NOTIFICATION_BATCH_SECONDS", default=30.
 NOTIFICATION_CLAIM_SECONDS = env.int("NOTIFICATION_CLAIM_SECONDS", default=300)
 # A reconcile that changed something asks for a collection when it ends (tests: off).
 NOTIFY_ON_COMMIT = env.bool("NOTIFY_ON_COMMIT", default=True)
+# A waiting job's "at the latest" that moves later by more than this is news to its owner.
+NOTIFICATION_START_LATER_MINUTES = env.int("NOTIFICATION_START_LATER_MINUTES", default=60)
 
 # --- The cluster -------------------------------------------------------------------------------
 # "sim": the simulated cluster (its server writes a kubeconfig under var/sim/); "kubeconfig": a

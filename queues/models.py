@@ -1340,7 +1340,10 @@ class NotificationEvent(models.TextChoices):
     JOB_FAILED = "job_failed", "My job failed"
     JOB_PREEMPTED = "job_preempted", "My job was preempted or stopped by a drain"
     JOB_DRAIN_AHEAD = "job_drain_ahead", "My job will be stopped by a drain"
+    JOB_START_LATER = "job_start_later", "My waiting job's latest start moved later"
     QUOTA_REQUEST_DECIDED = "quota_request_decided", "My quota request was decided"
+    # Admins and finance only:
+    QUEUE_PAST_TARGET = "queue_past_target", "A queue is past its wait target for an hour"
 
 
 class NotificationChannel(models.TextChoices):
@@ -1433,6 +1436,17 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} → {self.user_id} by {self.channel}: {self.status}"
+
+
+class NotificationEstimate(models.Model):
+    """A waiting job's "at the latest" as its owner last heard it (or first saw it): the start
+    a later move is measured from."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="notified_estimate")
+    estimated_start = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.estimated_start}"
 
 
 class NotificationCursor(models.Model):

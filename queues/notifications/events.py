@@ -8,7 +8,7 @@ channel that wants it. The rows' unique key makes collecting twice harmless (a r
 workers, the overlap below), so the collector may re-read rather than risk missing an event.
 
 Who hears of a job: its owner, only. Nobody else (a teammate, a person outside the team) is ever
-a recipient of a job's events.
+a recipient of a job's events. Events about a queue go to admins and finance only.
 """
 
 from __future__ import annotations
@@ -19,19 +19,23 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Q, Subquery
 
 from portal.formatting import format_datetime
+from portal.roles import FINANCE_GROUP
 from queues.jobs.selectors import job_drain_notice
 from queues.models import (
     GPU_HOLDING_STATES,
     EventKind,
     Job,
     JobEvent,
+    JobState,
     Node,
     NotificationCursor,
     NotificationDelivery,
+    NotificationEstimate,
     NotificationEvent,
+    Queue,
     QuotaRequest,
     QuotaRequestStatus,
 )
@@ -44,6 +48,8 @@ CURSOR = "job-events"
 OVERLAP = 500
 # Quota decisions are looked for this far back (a collector that was down catches up).
 DECISIONS_WINDOW = timedelta(days=2)
+# A queue is news to admins once its longest wait is this far past its target.
+PAST_TARGET_FOR = timedelta(hours=1)
 
 KINDS = {
     EventKind.STARTED: NotificationEvent.JOB_STARTED,
@@ -179,6 +185,119 @@ def drain_notices() -> list[Notice]:
     return notices
 
 
+def start_later_notices(*, now: datetime) -> list[Notice]:
+    """Waiting jobs whose "at the latest" moved later than their owner last heard (or than
+    when it was first known) by more than ``NOTIFICATION_START_LATER_MINUTES``. The first
+    estimate of a job is remembered, not announced; after an announcement the new one is the
+    mark. Jobs no longer waiting are forgotten."""
+    threshold = timedelta(minutes=settings.NOTIFICATION_START_LATER_MINUTES)
+    NotificationEstimate.objects.exclude(job__state=JobState.PENDING).delete()
+    waiting = Job.objects.filter(state=JobState.PENDING, estimated_start__isnull=False)
+    known = dict(
+        NotificationEstimate.objects.filter(job__in=waiting).values_list(
+            "job_id", "estimated_start"
+        )
+    )
+    NotificationEstimate.objects.bulk_create(
+        [
+            NotificationEstimate(job_id=pk, estimated_start=at)
+            for pk, at in waiting.values_list("pk", "estimated_start")
+            if pk not in known and at is not None
+        ],
+        ignore_conflicts=True,
+    )
+    notices = []
+    moved = [
+        job
+        for job in waiting.filter(pk__in=list(known)).select_related("owner", "team", "queue")
+        if job.estimated_start is not None and job.estimated_start - known[job.pk] > threshold
+    ]
+    for job in moved:
+        assert job.estimated_start is not None
+        before, after = known[job.pk], job.estimated_start
+        title = _job_title(job)
+        reason = (job.pending_reasons or [{}])[0].get("message", "")
+        link = job_link(job.pk)
+        text = (
+            f"{title} in queue {job.queue.name} now starts at the latest {when(after)}, "
+            f"{minutes_text(after - before)} later than {when(before)}"
+            + (f": {reason}" if reason else "")
+            + "."
+        )
+        notices.append(
+            Notice(
+                key=f"job:{job.pk}:later:{format_datetime(after)}",
+                event=NotificationEvent.JOB_START_LATER.value,
+                users=[job.owner],
+                subject=f"{title} starts later: at the latest {when(after)}",
+                text=f"{text} {link}".strip(),
+                details={
+                    "job": job.pk,
+                    "estimated_start": format_datetime(after),
+                    "was": format_datetime(before),
+                    "url": link,
+                },
+            )
+        )
+        NotificationEstimate.objects.filter(job=job).update(estimated_start=after)
+    return notices
+
+
+def minutes_text(span: timedelta) -> str:
+    minutes = int(span.total_seconds() // 60)
+    hours, rest = divmod(minutes, 60)
+    if hours and rest:
+        return f"{hours} h {rest} min"
+    return f"{hours} h" if hours else f"{rest} min"
+
+
+def queue_notices(*, now: datetime) -> list[Notice]:
+    """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
+    queue has been past its target for at least that hour. To admins and finance, once per queue
+    and day."""
+    staff = list(
+        User.objects.filter(is_active=True)
+        .filter(Q(is_staff=True) | Q(groups__name=FINANCE_GROUP))
+        .distinct()
+    )
+    if not staff:
+        return []
+    notices = []
+    oldest = (
+        Job.objects.filter(state=JobState.PENDING, queue=OuterRef("pk"))
+        .order_by("submitted_at")
+        .values("submitted_at")[:1]
+    )
+    for queue in Queue.objects.annotate(oldest=Subquery(oldest)).filter(oldest__isnull=False):
+        waited = now - queue.oldest
+        if waited < queue.expected_wait_target + PAST_TARGET_FOR:
+            continue
+        waiting = Job.objects.filter(state=JobState.PENDING, queue=queue).count()
+        text = (
+            f"Queue {queue.name} is past its wait target of "
+            f"{minutes_text(queue.expected_wait_target)}: its longest-waiting job has waited "
+            f"{minutes_text(waited)}, and {waiting} job(s) wait."
+        )
+        link = f"{settings.PORTAL_URL}/queues/{queue.name}/" if settings.PORTAL_URL else ""
+        notices.append(
+            Notice(
+                key=f"queue:{queue.name}:past-target:{now:%Y-%m-%d}",
+                event=NotificationEvent.QUEUE_PAST_TARGET.value,
+                users=staff,
+                subject=f"Queue {queue.name} is past its wait target",
+                text=f"{text} {link}".strip(),
+                details={
+                    "queue": queue.name,
+                    "wait_target_seconds": int(queue.expected_wait_target.total_seconds()),
+                    "longest_wait_seconds": int(waited.total_seconds()),
+                    "pending": waiting,
+                    "url": link,
+                },
+            )
+        )
+    return notices
+
+
 def decision_notices(*, now: datetime) -> list[Notice]:
     """Quota requests decided lately, to the person who asked."""
     decided = QuotaRequest.objects.filter(
@@ -221,7 +340,8 @@ def notifications_collect(*, now: datetime) -> int:
         notices: list[Notice] = []
     else:
         notices, last = timeline_notices(after=cursor.position, start=cursor.start)
-    notices += drain_notices() + decision_notices(now=now)
+    notices += drain_notices() + start_later_notices(now=now)
+    notices += decision_notices(now=now) + queue_notices(now=now)
     known = set(
         NotificationDelivery.objects.filter(key__in=[n.key for n in notices]).values_list(
             "key", flat=True

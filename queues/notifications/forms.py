@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 
 from queues.models import NotificationChannel, NotificationEvent
-from queues.notifications.preferences import Choice, webhook_url_problem
+from queues.notifications.preferences import STAFF_EVENTS, Choice, webhook_url_problem
 
 WEBHOOK_HELP = (
     "Slack or Microsoft Teams incoming webhook, or your own receiver: a JSON POST with a "
@@ -28,9 +28,12 @@ class NotificationSettingsForm(forms.Form):
         widget=forms.URLInput,
     )
 
-    def __init__(self, *args: Any, preferences: dict[Choice, bool], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, preferences: dict[Choice, bool], staff: bool, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        for event in NotificationEvent:
+        self.events = [e for e in NotificationEvent if staff or e not in STAFF_EVENTS]
+        for event in self.events:
             for channel in NotificationChannel:
                 self.fields[field_name(event.value, channel.value)] = forms.BooleanField(
                     required=False,
@@ -50,7 +53,7 @@ class NotificationSettingsForm(forms.Form):
             (event.value, channel.value): bool(
                 self.cleaned_data[field_name(event.value, channel.value)]
             )
-            for event in NotificationEvent
+            for event in self.events
             for channel in NotificationChannel
         }
 
@@ -61,5 +64,5 @@ class NotificationSettingsForm(forms.Form):
                 "event": event,
                 "fields": [self[field_name(event.value, c.value)] for c in NotificationChannel],
             }
-            for event in NotificationEvent
+            for event in self.events
         ]

@@ -19,7 +19,8 @@ Choice = tuple[str, str]  # (event, channel)
 
 # A webhook URL: http(s), no spaces, at most 500 characters. Whether the host answers is the
 # send's business (a failed send is tried again, then shown on the settings page as failed).
-WEBHOOK_URL_PATTERN = r"https?://[^ \t\n\r\f\v]+"  # the same in Python and JSON Schema
+# No spaces or control characters; written so that Python and JSON Schema read it the same.
+WEBHOOK_URL_PATTERN = r"https?://[^\x00-\x20\x7f]+"
 WEBHOOK_URL = re.compile(WEBHOOK_URL_PATTERN)
 WEBHOOK_URL_MAX = 500
 WEBHOOK_URL_PROBLEM = "an http:// or https:// address without spaces, at most 500 characters"
@@ -40,7 +41,11 @@ ON_BY_DEFAULT = {
     NotificationEvent.JOB_PREEMPTED,
     NotificationEvent.JOB_DRAIN_AHEAD,
     NotificationEvent.QUOTA_REQUEST_DECIDED,
+    NotificationEvent.QUEUE_PAST_TARGET,
 }
+# Events about the cluster as a whole: for admins and finance only (the page shows them only
+# to them, and nobody else is ever a recipient).
+STAFF_EVENTS = {NotificationEvent.QUEUE_PAST_TARGET}
 DEFAULTS: dict[Choice, bool] = {
     (event.value, channel.value): event in ON_BY_DEFAULT
     for event in NotificationEvent

@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest, signed_in
+from portal.roles import is_finance
 from queues.models import NotificationChannel, NotificationDelivery
 from queues.notifications.delivery import SIGNATURE_HEADER
 from queues.notifications.forms import NotificationSettingsForm
@@ -25,7 +26,10 @@ def notification_settings(request: PortalRequest) -> HttpResponse:
     user = signed_in(request.user)
     hook = webhook_of(user)
     form = NotificationSettingsForm(
-        request.POST or None, preferences=preferences_of(user), initial={"webhook_url": hook.url}
+        request.POST or None,
+        preferences=preferences_of(user),
+        staff=is_finance(user),  # admins and finance
+        initial={"webhook_url": hook.url},
     )
     if request.method == "POST" and form.is_valid():
         preferences_set(

@@ -342,3 +342,60 @@ def test_events_before_the_first_collection_are_history(mia, smtp_server):
     JobEvent.objects.create(job=newer, at=timezone.now(), kind=EventKind.FAILED, message="new")
     assert notify() == 1
     assert [m["Subject"] for m in smtp_server.messages] == [f"Job {newer.pk} failed"]
+
+
+def test_a_latest_start_moved_later_by_more_than_the_threshold_is_told_once(
+    people, smtp_server, settings
+):
+    # The reconcile stores each waiting job's "at the latest"; here the test moves it.
+    mia = people["mia"]
+    preferences_set(user=mia, choices={("job_start_later", "email"): True}, webhook_url=None)
+    start = timezone.now().replace(microsecond=0) + timedelta(hours=1)
+    job = JobFactory(
+        owner=mia,
+        team=Team.objects.get(name="vision"),
+        queue=Queue.objects.get(name="batch"),
+        state="pending",
+        estimated_start=start,
+    )
+    assert notify() == 0  # the first estimate is the mark, not news
+    Job.objects.filter(pk=job.pk).update(estimated_start=start + timedelta(minutes=59))
+    assert notify() == 0  # within NOTIFICATION_START_LATER_MINUTES (60)
+    later = start + timedelta(hours=2, minutes=5)
+    Job.objects.filter(pk=job.pk).update(estimated_start=later)
+    assert notify() == 1
+    assert notify() == 0
+
+    [message] = smtp_server.messages
+    assert (
+        message["Subject"] == f"Job {job.pk} starts later: at the latest {later:%Y-%m-%d %H:%M} UTC"
+    )
+    assert message.get_content().strip() == (
+        f"Job {job.pk} in queue batch now starts at the latest {later:%Y-%m-%d %H:%M} UTC, "
+        f"2 h 5 min later than {start:%Y-%m-%d %H:%M} UTC."
+    )
+
+
+def test_a_queue_an_hour_past_its_wait_target_reaches_admins_and_finance_only(
+    people, ada, fiona, smtp_server
+):
+    for user in (ada, fiona):
+        user.email = f"{user.username}@example.org"
+        user.save(update_fields=["email"])
+    preferences_set(user=people["mia"], choices=EVERYTHING, webhook_url=None)
+    batch = Queue.objects.get(name="batch")  # wait target 2h
+    team = Team.objects.get(name="vision")
+    JobFactory(owner=people["mia"], team=team, queue=batch, state="pending",
+               submitted_at=timezone.now() - timedelta(hours=2, minutes=50))  # fmt: skip
+    assert notify() == 0  # past its target, but not yet for an hour
+    JobFactory(owner=people["mia"], team=team, queue=batch, state="pending",
+               submitted_at=timezone.now() - timedelta(hours=3, minutes=10))  # fmt: skip
+
+    assert notify() == 2
+    assert notify() == 0  # once a day
+    assert sorted(m["To"] for m in smtp_server.messages) == ["ada@example.org", "fiona@example.org"]
+    assert smtp_server.messages[0]["Subject"] == "Queue batch is past its wait target"
+    assert smtp_server.messages[0].get_content().strip() == (
+        "Queue batch is past its wait target of 2 h: its longest-waiting job has waited "
+        "3 h 10 min, and 2 job(s) wait."
+    )

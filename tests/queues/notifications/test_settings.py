@@ -27,8 +27,13 @@ def test_the_api_answers_every_event_and_channel_with_the_defaults(api_as, mia):
         ("job_preempted", "webhook"): True,
         ("job_drain_ahead", "email"): True,
         ("job_drain_ahead", "webhook"): True,
+        ("job_start_later", "email"): False,
+        ("job_start_later", "webhook"): False,
         ("quota_request_decided", "email"): True,
         ("quota_request_decided", "webhook"): True,
+        # For admins and finance only (nobody else is ever sent one).
+        ("queue_past_target", "email"): True,
+        ("queue_past_target", "webhook"): True,
     }
     assert body["webhook_url"] == ""
     assert len(body["webhook_secret"]) == 64
@@ -120,3 +125,10 @@ def test_a_new_secret_replaces_the_old(client, mia):
     old = NotificationWebhook.objects.get(user=mia).secret
     assert client.post("/settings/notifications/webhook-secret").status_code == 302
     assert NotificationWebhook.objects.get(user=mia).secret != old
+
+
+def test_queue_events_are_offered_to_admins_and_finance_only(client, mia, ada, fiona):
+    for user, offered in ((mia, False), (ada, True), (fiona, True)):
+        client.force_login(user)
+        page = client.get("/settings/notifications/")
+        assert (b'name="queue_past_target__email"' in page.content) is offered, user
