@@ -43,6 +43,7 @@ from queues.notifications.preferences import (
     webhook_of,
 )
 from queues.operations.services import (
+    node_drain,
     quota_request_approve,
     quota_request_decline,
     quota_request_file,
@@ -398,4 +399,45 @@ def test_a_queue_an_hour_past_its_wait_target_reaches_admins_and_finance_only(
     assert smtp_server.messages[0].get_content().strip() == (
         "Queue batch is past its wait target of 2 h: its longest-waiting job has waited "
         "3 h 10 min, and 2 job(s) wait."
+    )
+
+
+def test_a_drain_warns_ahead_then_says_what_was_lost_when_it_stops_the_job(
+    people, cycle, sim_cluster, smtp_server
+):
+    job = run_until(submit(people["mia"], seconds=7200), JobState.RUNNING, cycle, sim_cluster)
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+    deadline = sim_cluster.now() + timedelta(minutes=10)
+    node_drain(
+        cluster=adapter,
+        nodes=list(Node.objects.filter(name__in=job.nodes)),
+        reason="PSU swap",
+        until=sim_cluster.now() + timedelta(hours=4),
+        deadline=deadline,
+    )
+    adapter.close()
+    cycle()
+
+    assert notify() == 1
+    ahead = smtp_server.messages[0]
+    assert (
+        ahead["Subject"]
+        == f"Job {job.pk} will be stopped by a drain at {deadline:%Y-%m-%d %H:%M} UTC"
+    )
+    assert f"runs on {job.nodes[0]}, which will be drained (PSU swap)" in ahead.get_content()
+
+    sim_cluster.advance(11 * 60)
+    cycle()
+    job.refresh_from_db()
+    assert job.state == JobState.PREEMPTED
+    assert notify() == 1
+    stopped = smtp_server.messages[1]
+    preempted = job.events.get(kind=EventKind.PREEMPTED)
+    # It started about 11 minutes before the deadline passed, under its first 30-minute
+    # checkpoint interval: all of it is lost.
+    assert preempted.message.endswith("; about 11 min of work lost since its last checkpoint")
+    assert stopped["Subject"] == f"Job {job.pk} was preempted"
+    assert stopped.get_content().strip() == (
+        f"Job {job.pk} in queue batch, team vision was stopped and goes back to the queue: "
+        f"{preempted.message}."
     )
