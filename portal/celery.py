@@ -9,4 +9,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Tasks live beside what they run (queues/reconcile/tasks.py), not at an app's top level.
-app.autodiscover_tasks(["queues.reconcile", "queues.jobs", "chargeback"])
+app.autodiscover_tasks(["queues.reconcile", "queues.jobs", "queues.notifications", "chargeback"])

@@ -396,7 +396,39 @@ CELERY_BEAT_SCHEDULE = {
     "close-previous-period": {"task": "chargeback.close_previous_period", "schedule": 3600.0},
     # the duty-cycle counters of /metrics (does nothing without PROMETHEUS_URL)
     "duty-count": {"task": "queues.duty_count", "schedule": 300.0},
+    "notifications": {
+        "task": "queues.notifications.collect",
+        "schedule": env.float("NOTIFICATION_INTERVAL_SECONDS", default=15.0),
+    },
 }
+
+# --- Notifications (docs/operations.md#notifications) -------------------------------------------
+# E-mail goes through Django's SMTP backend when EMAIL_HOST is set; without it, to the worker's
+# log (the console backend), so that a demo sends nothing anywhere.
+EMAIL_HOST = env.str("EMAIL_HOST", default="")
+EMAIL_BACKEND = env.str(
+    "EMAIL_BACKEND",
+    default="django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_PORT = env.int("EMAIL_PORT", default=587)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env.bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env.bool("EMAIL_USE_SSL", default=False)
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=30)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="GPU Portal <gpuportal@localhost>")
+# The domain of notifications' Message-IDs (a repeated one is recognizable by it).
+NOTIFICATION_MESSAGE_DOMAIN = env.str("NOTIFICATION_MESSAGE_DOMAIN", default="gpuportal.invalid")
+# A send waits this long after it is asked for, so that a burst becomes one message.
+NOTIFICATION_BATCH_SECONDS = env.float("NOTIFICATION_BATCH_SECONDS", default=30.0)
+# A sender that claimed deliveries and died: after this long another may send them.
+NOTIFICATION_CLAIM_SECONDS = env.int("NOTIFICATION_CLAIM_SECONDS", default=300)
+# A reconcile that changed something asks for a collection when it ends (tests: off).
+NOTIFY_ON_COMMIT = env.bool("NOTIFY_ON_COMMIT", default=True)
+# A waiting job's "at the latest" that moves later by more than this is news to its owner.
+NOTIFICATION_START_LATER_MINUTES = env.int("NOTIFICATION_START_LATER_MINUTES", default=60)
 
 # --- The cluster -------------------------------------------------------------------------------
 # "sim": the simulated cluster (its server writes a kubeconfig under var/sim/); "kubeconfig": a

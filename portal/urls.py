@@ -15,6 +15,7 @@ urlpatterns = [
     path("logout/", sso_views.LogoutView.as_view(), name="logout"),
     path("tokens/", token_views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke", token_views.token_revoke, name="token-revoke"),
+    path("settings/notifications/", include("queues.notifications.urls")),
     path("admin/", admin.site.urls),
     path("queues/", include("queues.catalog.urls")),
     path("jobs/", include("queues.jobs.urls")),

@@ -5,6 +5,7 @@ from rest_framework.routers import DefaultRouter
 
 from queues.catalog import apis as catalog_apis
 from queues.jobs import apis as job_apis
+from queues.notifications import apis as notification_apis
 from queues.operations import apis as operations_apis
 
 router = DefaultRouter()
@@ -20,6 +21,11 @@ urlpatterns = [
         "jobs/<int:pk>/checkpoint/",
         job_apis.JobCheckpointView.as_view(),
         name="job-checkpoint",
+    ),
+    path(
+        "notifications/",
+        notification_apis.NotificationSettingsView.as_view(),
+        name="notification-settings",
     ),
     path("quotas/", operations_apis.QuotaListView.as_view(), name="quota-list"),
     path(

@@ -21,6 +21,7 @@ LAYERS = [
     ("queues.reconcile",),
     ("queues.jobs",),
     ("queues.operations",),  # the admin side
+    ("queues.notifications",),  # reads the timeline, drains and quota decisions; nobody imports it
 ]
 
 
@@ -141,6 +142,30 @@ def test_no_project_import_hides_inside_a_function(package):
     assert offending == []
 
 
+def test_the_command_line_client_imports_no_django_and_nothing_of_the_portal():
+    # gpuportal/ is a thin client of the REST API: pip-installed on a laptop, it needs neither
+    # Django nor the portal's code, and the portal's rules stay on the server.
+    offending = [
+        f"{p.relative_to(ROOT)}:{line} imports {name}"
+        for p in modules("gpuportal")
+        for name, line, _ in imports(p)
+        if name.split(".")[0] in ("django", "rest_framework", "kubernetes", "celery", *PROJECT)
+    ]
+    assert offending == []
+    assert modules("gpuportal")
+
+
+def test_nothing_of_the_portal_imports_the_command_line_client():
+    offending = [
+        f"{p.relative_to(ROOT)}:{line} imports {name}"
+        for package in PROJECT
+        for p in modules(package)
+        for name, line, _ in imports(p)
+        if name.split(".")[0] == "gpuportal"
+    ]
+    assert offending == []
+
+
 def test_the_production_image_leaves_the_simulated_cluster_out():
     dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
     copied = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")]
@@ -148,4 +173,4 @@ def test_the_production_image_leaves_the_simulated_cluster_out():
 
     assert "simcluster" not in copied
     assert {"portal", "queues", "chargeback"} <= set(copied)
-    assert 'include = ["portal*", "queues*", "chargeback*"]' in pyproject
+    assert 'include = ["portal*", "queues*", "chargeback*", "gpuportal*"]' in pyproject

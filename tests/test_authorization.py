@@ -62,6 +62,14 @@ PAGES = [
     Call("login/sso/callback", "GET", "/login/sso/callback", (404, 404, 404, 404, 404)),
     Call("logout/", "POST", "/logout/", (R, R, R, R, R)),
     Call("tokens/", "GET", "/tokens/", (R, 200, 200, 200, 200)),
+    # Everyone signed in has their own notification settings; nobody sees another's.
+    Call("settings/notifications/", "GET", "/settings/notifications/", (R, 200, 200, 200, 200)),
+    Call(
+        "settings/notifications/webhook-secret",
+        "POST",
+        "/settings/notifications/webhook-secret",
+        (R, R, R, R, R),
+    ),
     Call("tokens/<int:token_id>/revoke", "POST", "/tokens/{token}/revoke", (R, R, 404, 404, 404)),
     Call("queues/", "GET", "/queues/", (R, 200, 200, 200, 200)),
     Call("queues/<slug:name>/", "GET", "/queues/training/", (R, 200, 404, 404, 200)),
@@ -252,6 +260,14 @@ API = [
         "POST",
         "/api/jobs/{job}/checkpoint/",
         (401, 401, 401, 401, 401),
+    ),
+    Call("api/notifications/", "GET", "/api/notifications/", (401, 200, 200, 200, 200)),
+    Call(
+        "api/notifications/",
+        "PUT",
+        "/api/notifications/",
+        (401, 200, 200, 200, 200),
+        body={"preferences": [{"event": "job_started", "channel": "email", "enabled": True}]},
     ),
     Call("api/quotas/", "GET", "/api/quotas/", (401, 403, 403, 403, 200)),
     Call(

@@ -11,6 +11,7 @@ os.environ.setdefault("STATICFILES_MANIFEST", "false")
 os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
 # Tests run reconcile cycles themselves; submissions must not leave tasks in the broker.
 os.environ.setdefault("RECONCILE_ON_COMMIT", "false")
+os.environ.setdefault("NOTIFY_ON_COMMIT", "false")
 # The test client and the live server speak plain HTTP; production redirects to HTTPS
 # (tests/portal/test_deploy.py checks that setting with production's environment).
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")

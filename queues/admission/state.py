@@ -199,13 +199,29 @@ def lcm_scale(snapshot: Snapshot) -> int:
 def lost_work(job: RunningJob, now: datetime) -> timedelta:
     """Work since the last checkpoint: a real one if reported, else the last interval boundary
     from the start, else everything since the start."""
-    if job.started_at is None or job.started_at >= now:
+    return work_since_checkpoint(
+        started_at=job.started_at,
+        last_checkpoint=job.last_checkpoint,
+        checkpoint_interval=job.checkpoint_interval,
+        now=now,
+    )
+
+
+def work_since_checkpoint(
+    *,
+    started_at: datetime | None,
+    last_checkpoint: datetime | None,
+    checkpoint_interval: timedelta | None,
+    now: datetime,
+) -> timedelta:
+    """``lost_work``'s rule on plain values (the reconcile's drain stops use it too)."""
+    if started_at is None or started_at >= now:
         return timedelta(0)
-    if job.last_checkpoint is not None and job.last_checkpoint <= now:
-        return now - max(job.last_checkpoint, job.started_at)
-    ran = now - job.started_at
-    if job.checkpoint_interval:
-        return ran % job.checkpoint_interval
+    if last_checkpoint is not None and last_checkpoint <= now:
+        return now - max(last_checkpoint, started_at)
+    ran = now - started_at
+    if checkpoint_interval:
+        return ran % checkpoint_interval
     return ran
 
 

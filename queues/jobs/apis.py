@@ -50,6 +50,7 @@ from queues.jobs.serializers import (
     CheckpointSerializer,
     JobBatchSerializer,
     JobBatchSubmitSerializer,
+    JobDetailSerializer,
     JobEventSerializer,
     JobLogsSerializer,
     JobSerializer,
@@ -219,11 +220,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return super().list(request, *args, **kwargs)
 
     @extend_schema(
-        summary="One job: where it stands, why it waits and what happened to it",
-        responses={200: JobSerializer, 404: JOB_NOT_FOUND},
+        summary="One job: where it stands, why it waits, what happened to it and its cost",
+        responses={200: JobDetailSerializer, 404: JOB_NOT_FOUND},
     )
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().retrieve(request, *args, **kwargs)
+        return Response(JobDetailSerializer(self.get_object()).data)
 
     @extend_schema(
         summary="Submit a job",

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.validators import ProhibitNullCharactersValidator
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -24,6 +25,7 @@ from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_ME
 from queues.catalog.serializers import DurationText
 from queues.cluster.secrets import SecretKeyRef
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest
+from queues.jobs.selectors import job_cost_so_far
 from queues.models import NAME, CapabilityClass, CapacityKind, Job, JobEvent, JobState, Queue, Team
 
 MAX_BATCH = 500  # submissions in one POST /api/jobs/batch/
@@ -383,6 +385,36 @@ class JobSerializer(serializers.ModelSerializer):
                 "page shows the same number as 'Requeued'."
             }
         }
+
+
+class CostSoFarSerializer(serializers.Serializer):
+    """What a job's use has cost up to now, by the statements' rule (``job_cost_so_far``)."""
+
+    amount = serializers.DecimalField(max_digits=18, decimal_places=2)
+    currency = serializers.CharField()
+    normalized_gpu_hours = serializers.DecimalField(max_digits=18, decimal_places=3)
+    running = serializers.BooleanField(help_text="Some of its pods still hold GPUs: it grows.")
+
+
+class JobDetailSerializer(JobSerializer):
+    """One job, as ``GET /api/jobs/<id>/`` answers it: the list's fields and its cost so far.
+
+    The cost reads the job's usage intervals and the rate cards, so lists leave it out."""
+
+    cost_so_far = serializers.SerializerMethodField(
+        help_text="What its use has cost up to now (open intervals count until now), as the "
+        "job page and the statements say it; null before it held any GPU, or when no rate card "
+        "prices all of its use."
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "cost_so_far"]
+        read_only_fields = fields
+
+    @extend_schema_field(CostSoFarSerializer(allow_null=True))
+    def get_cost_so_far(self, job: Job) -> dict[str, Any] | None:
+        cost = job_cost_so_far(job, now=timezone.now())
+        return CostSoFarSerializer(cost).data if cost is not None else None
 
 
 class JobBatchSerializer(serializers.Serializer):

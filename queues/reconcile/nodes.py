@@ -9,6 +9,7 @@ from fractions import Fraction
 from django.db import transaction
 
 from portal.formatting import format_datetime
+from queues.admission.state import work_since_checkpoint
 from queues.cluster.nodes import NodeFacts
 from queues.cluster.pods import devices_held
 from queues.models import (
@@ -197,13 +198,25 @@ def maintenance_preempt(*, now: datetime, report: CycleReport) -> None:
     if not overdue:
         return
     holding = Job.objects.filter(state__in=GPU_HOLDING_STATES, terminating=False).only(
-        "id", "state", "nodes"
+        "id", "state", "nodes", "started_at", "last_checkpoint_at", "checkpoint_interval"
     )
     for job in holding:
         drained = sorted(set(job.nodes) & set(overdue))
         if not drained:
             continue
         reason, deadline = overdue[drained[0]]
+        lost = work_since_checkpoint(
+            started_at=job.started_at,
+            last_checkpoint=job.last_checkpoint_at,
+            checkpoint_interval=job.checkpoint_interval,
+            now=now,
+        )
+        # Said as a preemption by the plan says it (queues/reconcile/plan.py).
+        loss = (
+            f"; about {int(lost.total_seconds() // 60)} min of work lost since its last checkpoint"
+            if job.started_at is not None
+            else ""
+        )
         if job_transition(
             job,
             to=JobState.PREEMPTED,
@@ -211,8 +224,11 @@ def maintenance_preempt(*, now: datetime, report: CycleReport) -> None:
             now=now,
             message=f"node {', '.join(drained)} is drained for maintenance"
             f"{f' ({reason})' if reason else ''} and its deadline "
-            f"{format_datetime(deadline)} has passed",
-            details={"maintenance_nodes": drained},
+            f"{format_datetime(deadline)} has passed{loss}",
+            details={
+                "maintenance_nodes": drained,
+                "lost_work_seconds": int(lost.total_seconds()),
+            },
             terminating=True,
         ):
             report.preempted.append(job.pk)

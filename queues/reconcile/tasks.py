@@ -11,7 +11,7 @@ import time
 import uuid
 from datetime import timedelta
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
@@ -148,6 +148,8 @@ def reconcile(self: Task) -> str:
         )
         if not report.ran and lease_acquire(name=REQUEST, holder=uuid.uuid4().hex, ttl=REQUEST_TTL):
             _enqueue_reconcile(countdown=FOLLOW_UP_SECONDS)
+        if report.changed():
+            notifications_nudge()
         summary = report.summary()
         # A cycle with nothing to do is the common case: not worth a line.
         quiet = not (report.changed() or report.unreachable)
@@ -156,6 +158,21 @@ def reconcile(self: Task) -> str:
     finally:
         REQUEST_ID.reset(token)
         collect_if_due()
+
+
+NOTIFICATIONS_COLLECT = "queues.notifications.collect"  # by name: notifications is a later layer
+
+
+def notifications_nudge() -> None:
+    """Ask for a notifications collection now that a cycle's changes are committed (the job
+    timeline is what it reads). Off with NOTIFY_ON_COMMIT=false; a broker that is down is no
+    reason to fail the cycle: beat's periodic collection catches up."""
+    if not settings.NOTIFY_ON_COMMIT:
+        return
+    try:
+        current_app.send_task(NOTIFICATIONS_COLLECT, retry=False)
+    except KombuOperationalError as exc:
+        logger.warning("could not ask for notifications, the broker is unavailable: %s", exc)
 
 
 def cycle_holder() -> str:

@@ -1,0 +1,369 @@
+"""The one place notification events are found, and turned into deliveries.
+
+Nothing that changes a job calls into notifications: the job timeline (``JobEvent``, which every
+state change already writes in its own transaction) is read as an outbox, after it committed.
+The collector reads the timeline past its cursor, the running jobs a drain will stop, and the
+quota requests decided lately; for each event it adds one ``NotificationDelivery`` per person and
+channel that wants it. The rows' unique key makes collecting twice harmless (a retried task, two
+workers, the overlap below), so the collector may re-read rather than risk missing an event.
+
+Who hears of a job: its owner, only. Nobody else (a teammate, a person outside the team) is ever
+a recipient of a job's events. Events about a queue go to admins and finance only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db.models import Max, OuterRef, Q, Subquery
+
+from portal.formatting import format_datetime
+from portal.roles import FINANCE_GROUP
+from queues.jobs.selectors import job_drain_notice
+from queues.models import (
+    GPU_HOLDING_STATES,
+    EventKind,
+    Job,
+    JobEvent,
+    JobState,
+    Node,
+    NotificationCursor,
+    NotificationDelivery,
+    NotificationEstimate,
+    NotificationEvent,
+    Queue,
+    QuotaRequest,
+    QuotaRequestStatus,
+)
+from queues.notifications.preferences import recipients
+
+CURSOR = "job-events"
+# Timeline rows are numbered when inserted but seen when committed: one inserted earlier may
+# commit after a later one was read. Re-reading this many ids behind the cursor catches it; the
+# deliveries' unique key turns what was already collected into nothing.
+OVERLAP = 500
+# Quota decisions are looked for this far back (a collector that was down catches up).
+DECISIONS_WINDOW = timedelta(days=2)
+# A queue is news to admins once its longest wait is this far past its target.
+PAST_TARGET_FOR = timedelta(hours=1)
+
+KINDS = {
+    EventKind.STARTED: NotificationEvent.JOB_STARTED,
+    EventKind.SUCCEEDED: NotificationEvent.JOB_FINISHED,
+    EventKind.FAILED: NotificationEvent.JOB_FAILED,
+    EventKind.PREEMPTED: NotificationEvent.JOB_PREEMPTED,
+}
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One event for people: its unique key, who may hear of it, and what they are told."""
+
+    key: str
+    event: str
+    users: list[User]
+    subject: str
+    text: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def when(moment: datetime | None) -> str:
+    return f"{moment:%Y-%m-%d %H:%M} UTC" if moment else "an unknown time"
+
+
+def job_link(job_id: int) -> str:
+    return f"{settings.PORTAL_URL}/jobs/{job_id}/" if settings.PORTAL_URL else ""
+
+
+def _job_title(job: Job) -> str:
+    return f"Job {job.pk}" + (f" ({job.name})" if job.name else "")
+
+
+def job_notice(event: JobEvent, job: Job) -> Notice:
+    """What a timeline entry tells the job's owner."""
+    kind = KINDS[EventKind(event.kind)]
+    title = _job_title(job)
+    where = f"queue {job.queue.name}, team {job.team.name}"
+    if kind == NotificationEvent.JOB_STARTED:
+        subject = f"{title} started"
+        text = f"{title} started in {where}: {event.message}."
+    elif kind == NotificationEvent.JOB_FINISHED:
+        subject = f"{title} finished"
+        text = f"{title} in {where} succeeded: {event.message}."
+    elif kind == NotificationEvent.JOB_FAILED:
+        subject = f"{title} failed"
+        text = f"{title} in {where} failed: {event.message}."
+    else:
+        subject = f"{title} was preempted"
+        text = f"{title} in {where} was stopped and goes back to the queue: {event.message}."
+    link = job_link(job.pk)
+    return Notice(
+        key=f"job:{job.pk}:{event.kind}:{event.pk}",
+        event=kind.value,
+        users=[job.owner],
+        subject=subject,
+        text=f"{text} {link}".strip(),
+        details={
+            "job": job.pk,
+            "job_name": job.name,
+            "team": job.team.name,
+            "queue": job.queue.name,
+            "state": event.kind,
+            "at": format_datetime(event.at),
+            "message": event.message,
+            "url": link,
+        },
+    )
+
+
+def timeline_notices(*, after: int, start: int) -> tuple[list[Notice], int]:
+    """Notices of the timeline entries past id ``after`` (minus the overlap, but never at or
+    before ``start``, where the timeline was when notifications began), and the last id read."""
+    events = list(
+        JobEvent.objects.filter(pk__gt=max(after - OVERLAP, start), kind__in=list(KINDS))
+        .select_related("job__owner", "job__team", "job__queue")
+        .order_by("pk")
+    )
+    last = JobEvent.objects.aggregate(last=Max("pk"))["last"] or 0
+    return [job_notice(e, e.job) for e in events], max(last, after)
+
+
+def drain_notices() -> list[Notice]:
+    """Running jobs that a drain will stop before their runtime limit ends, once per job and
+    deadline (a deadline moved is news again)."""
+    drained = list(
+        Node.objects.exclude(maintenance="")
+        .filter(maintenance_deadline__isnull=False)
+        .values_list("name", flat=True)
+    )
+    if not drained:
+        return []
+    notices = []
+    jobs = Job.objects.filter(state__in=GPU_HOLDING_STATES, terminating=False).select_related(
+        "owner", "team", "queue"
+    )
+    for job in jobs:
+        if not set(job.nodes or []) & set(drained):
+            continue
+        notice = job_drain_notice(job)
+        if notice is None or not notice.stopped or notice.deadline is None:
+            continue
+        title = _job_title(job)
+        lost = ""
+        if job.checkpoint_interval:
+            lost = (
+                f" Work since its last checkpoint is lost then (it checkpoints every "
+                f"{int(job.checkpoint_interval.total_seconds() // 60)} min)."
+            )
+        text = (
+            f"{title} runs on {', '.join(notice.nodes)}, which will be drained"
+            + (f" ({notice.reason})" if notice.reason else "")
+            + f": it will be stopped at {when(notice.deadline)}, before its runtime limit ends "
+            f"at {when(notice.limit_ends)}.{lost} Save a checkpoint before then."
+        )
+        link = job_link(job.pk)
+        notices.append(
+            Notice(
+                key=f"job:{job.pk}:drain:{format_datetime(notice.deadline)}",
+                event=NotificationEvent.JOB_DRAIN_AHEAD.value,
+                users=[job.owner],
+                subject=f"{title} will be stopped by a drain at {when(notice.deadline)}",
+                text=f"{text} {link}".strip(),
+                details={
+                    "job": job.pk,
+                    "nodes": notice.nodes,
+                    "deadline": format_datetime(notice.deadline),
+                    "reason": notice.reason,
+                    "url": link,
+                },
+            )
+        )
+    return notices
+
+
+def start_later_notices(*, now: datetime) -> list[Notice]:
+    """Waiting jobs whose "at the latest" moved later than their owner last heard (or than
+    when it was first known) by more than ``NOTIFICATION_START_LATER_MINUTES``. The first
+    estimate of a job is remembered, not announced; after an announcement the new one is the
+    mark. Jobs no longer waiting are forgotten."""
+    threshold = timedelta(minutes=settings.NOTIFICATION_START_LATER_MINUTES)
+    NotificationEstimate.objects.exclude(job__state=JobState.PENDING).delete()
+    waiting = Job.objects.filter(state=JobState.PENDING, estimated_start__isnull=False)
+    known = dict(
+        NotificationEstimate.objects.filter(job__in=waiting).values_list(
+            "job_id", "estimated_start"
+        )
+    )
+    NotificationEstimate.objects.bulk_create(
+        [
+            NotificationEstimate(job_id=pk, estimated_start=at)
+            for pk, at in waiting.values_list("pk", "estimated_start")
+            if pk not in known and at is not None
+        ],
+        ignore_conflicts=True,
+    )
+    notices = []
+    moved = [
+        job
+        for job in waiting.filter(pk__in=list(known)).select_related("owner", "team", "queue")
+        if job.estimated_start is not None and job.estimated_start - known[job.pk] > threshold
+    ]
+    for job in moved:
+        assert job.estimated_start is not None
+        before, after = known[job.pk], job.estimated_start
+        title = _job_title(job)
+        reason = (job.pending_reasons or [{}])[0].get("message", "")
+        link = job_link(job.pk)
+        text = (
+            f"{title} in queue {job.queue.name} now starts at the latest {when(after)}, "
+            f"{minutes_text(after - before)} later than {when(before)}"
+            + (f": {reason}" if reason else "")
+            + "."
+        )
+        notices.append(
+            Notice(
+                key=f"job:{job.pk}:later:{format_datetime(after)}",
+                event=NotificationEvent.JOB_START_LATER.value,
+                users=[job.owner],
+                subject=f"{title} starts later: at the latest {when(after)}",
+                text=f"{text} {link}".strip(),
+                details={
+                    "job": job.pk,
+                    "estimated_start": format_datetime(after),
+                    "was": format_datetime(before),
+                    "url": link,
+                },
+            )
+        )
+        NotificationEstimate.objects.filter(job=job).update(estimated_start=after)
+    return notices
+
+
+def minutes_text(span: timedelta) -> str:
+    minutes = int(span.total_seconds() // 60)
+    hours, rest = divmod(minutes, 60)
+    if hours and rest:
+        return f"{hours} h {rest} min"
+    return f"{hours} h" if hours else f"{rest} min"
+
+
+def queue_notices(*, now: datetime) -> list[Notice]:
+    """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
+    queue has been past its target for at least that hour. To admins and finance, once per queue
+    and day."""
+    staff = list(
+        User.objects.filter(is_active=True)
+        .filter(Q(is_staff=True) | Q(groups__name=FINANCE_GROUP))
+        .distinct()
+    )
+    if not staff:
+        return []
+    notices = []
+    oldest = (
+        Job.objects.filter(state=JobState.PENDING, queue=OuterRef("pk"))
+        .order_by("submitted_at")
+        .values("submitted_at")[:1]
+    )
+    for queue in Queue.objects.annotate(oldest=Subquery(oldest)).filter(oldest__isnull=False):
+        waited = now - queue.oldest
+        if waited < queue.expected_wait_target + PAST_TARGET_FOR:
+            continue
+        waiting = Job.objects.filter(state=JobState.PENDING, queue=queue).count()
+        text = (
+            f"Queue {queue.name} is past its wait target of "
+            f"{minutes_text(queue.expected_wait_target)}: its longest-waiting job has waited "
+            f"{minutes_text(waited)}, and {waiting} job(s) wait."
+        )
+        link = f"{settings.PORTAL_URL}/queues/{queue.name}/" if settings.PORTAL_URL else ""
+        notices.append(
+            Notice(
+                key=f"queue:{queue.name}:past-target:{now:%Y-%m-%d}",
+                event=NotificationEvent.QUEUE_PAST_TARGET.value,
+                users=staff,
+                subject=f"Queue {queue.name} is past its wait target",
+                text=f"{text} {link}".strip(),
+                details={
+                    "queue": queue.name,
+                    "wait_target_seconds": int(queue.expected_wait_target.total_seconds()),
+                    "longest_wait_seconds": int(waited.total_seconds()),
+                    "pending": waiting,
+                    "url": link,
+                },
+            )
+        )
+    return notices
+
+
+def decision_notices(*, now: datetime) -> list[Notice]:
+    """Quota requests decided lately, to the person who asked."""
+    decided = QuotaRequest.objects.filter(
+        status__in=[QuotaRequestStatus.APPROVED, QuotaRequestStatus.DECLINED],
+        decided_at__gte=now - DECISIONS_WINDOW,
+    ).select_related("requested_by", "team", "gpu_class", "decided_by")
+    notices = []
+    for request in decided:
+        outcome = "approved" if request.status == QuotaRequestStatus.APPROVED else "declined"
+        asked = f"nominal {request.nominal}, borrowing {request.borrowing_limit}"
+        text = (
+            f"Your quota request {request.pk} for team {request.team.name}, "
+            f"{request.gpu_class.name} ({asked}) was {outcome}"
+            + (f" by {request.decided_by.get_username()}" if request.decided_by else "")
+            + (f": {request.decision_reason}" if request.decision_reason else ".")
+        )
+        link = f"{settings.PORTAL_URL}/quota-requests/{request.pk}/" if settings.PORTAL_URL else ""
+        notices.append(
+            Notice(
+                key=f"quota-request:{request.pk}:{request.status}",
+                event=NotificationEvent.QUOTA_REQUEST_DECIDED.value,
+                users=[request.requested_by],
+                subject=f"Quota request {request.pk} {outcome}",
+                text=f"{text} {link}".strip(),
+                details={"quota_request": request.pk, "status": request.status, "url": link},
+            )
+        )
+    return notices
+
+
+def notifications_collect(*, now: datetime) -> int:
+    """Find what happened since the last collection and add a delivery for each person and
+    channel that wants it; returns how many deliveries were new."""
+    cursor, created = NotificationCursor.objects.get_or_create(name=CURSOR)
+    if created:
+        # The first collection: what the timeline holds from before notifications existed is
+        # history, not news; the overlap never reads back past it.
+        last = JobEvent.objects.aggregate(last=Max("pk"))["last"] or 0
+        NotificationCursor.objects.filter(pk=cursor.pk).update(start=last)
+        notices: list[Notice] = []
+    else:
+        notices, last = timeline_notices(after=cursor.position, start=cursor.start)
+    notices += drain_notices() + start_later_notices(now=now)
+    notices += decision_notices(now=now) + queue_notices(now=now)
+    known = set(
+        NotificationDelivery.objects.filter(key__in=[n.key for n in notices]).values_list(
+            "key", flat=True
+        )
+    )
+    fresh = [n for n in notices if n.key not in known]
+    reach = recipients([(n.users, n.event) for n in fresh])
+    rows = [
+        NotificationDelivery(
+            key=notice.key,
+            user=user,
+            channel=channel,
+            event=notice.event,
+            subject=notice.subject[:300],
+            text=notice.text,
+            details=notice.details,
+            created_at=now,
+        )
+        for notice, found in zip(fresh, reach, strict=True)
+        for user, channel in found
+    ]
+    made = NotificationDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+    # Only forward: two collectors racing never move the cursor back.
+    NotificationCursor.objects.filter(pk=cursor.pk, position__lt=last).update(position=last)
+    return len(made)

@@ -1,0 +1,68 @@
+"""The settings page's form: a box per event and channel, and the webhook's URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from queues.models import NotificationChannel, NotificationEvent
+from queues.notifications.preferences import STAFF_EVENTS, Choice, webhook_url_problem
+
+WEBHOOK_HELP = (
+    "Slack or Microsoft Teams incoming webhook, or your own receiver: a JSON POST with a "
+    "'text' field, signed in the X-GPUPortal-Signature header."
+)
+
+
+def field_name(event: str, channel: str) -> str:
+    return f"{event}__{channel}"
+
+
+class NotificationSettingsForm(forms.Form):
+    webhook_url = forms.CharField(
+        required=False,
+        strip=True,
+        label="Webhook URL",
+        help_text=WEBHOOK_HELP,
+        widget=forms.URLInput,
+    )
+
+    def __init__(
+        self, *args: Any, preferences: dict[Choice, bool], staff: bool, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.events = [e for e in NotificationEvent if staff or e not in STAFF_EVENTS]
+        for event in self.events:
+            for channel in NotificationChannel:
+                self.fields[field_name(event.value, channel.value)] = forms.BooleanField(
+                    required=False,
+                    initial=preferences[(event.value, channel.value)],
+                    label=f"{event.label} by {channel.label.lower()}",
+                )
+
+    def clean_webhook_url(self) -> str:
+        url: str = self.cleaned_data["webhook_url"]
+        problem = webhook_url_problem(url)
+        if problem:
+            raise forms.ValidationError(problem)
+        return url
+
+    def choices(self) -> dict[Choice, bool]:
+        return {
+            (event.value, channel.value): bool(
+                self.cleaned_data[field_name(event.value, channel.value)]
+            )
+            for event in self.events
+            for channel in NotificationChannel
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per event with its bound field per channel, for the template's grid."""
+        return [
+            {
+                "event": event,
+                "fields": [self[field_name(event.value, c.value)] for c in NotificationChannel],
+            }
+            for event in self.events
+        ]
