@@ -27,6 +27,9 @@ EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 # outside CI's time budget. The normal run keeps hypothesis' defaults, and the admission
 # properties their 200 (tests/queues/admission/strategies.py).
 settings.register_profile("slow", max_examples=2000, deadline=None)
+# ``--hypothesis-profile=ci`` (.ci/run): the same examples every run, so a merge is judged on its
+# own changes; new examples are explored by local runs and ``make test-slow``.
+settings.register_profile("ci", derandomize=True, database=None)
 
 
 @pytest.fixture(autouse=True)
