@@ -157,3 +157,19 @@ def free_of(devices: dict[str, Any] | None, gpu_class: str) -> str:
     return format_free_devices(
         gpus=free.gpus, slices=free.slices, replicas=free.replicas, per_gpu=free.per_gpu
     )
+
+
+@register.filter
+def rate_cards(versions: object) -> str:
+    """Rate-card versions (their ``effective_from``, ISO 8601 in UTC) as people read them: the
+    day a card took effect, with the time only when it is not midnight —
+    ``["2026-10-15T00:00:00Z"]`` → ``"from 2026-10-15"``."""
+    shown = []
+    for version in versions or ():
+        text = str(version)
+        day, _, clock = text.partition("T")
+        time_of_day = clock.removesuffix("Z")[:5]
+        shown.append(
+            f"from {day}" if time_of_day in ("", "00:00") else f"from {day} {time_of_day} UTC"
+        )
+    return ", ".join(shown)
