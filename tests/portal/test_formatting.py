@@ -1,5 +1,3 @@
-
-
 def test_rate_card_versions_read_as_the_day_they_took_effect():
     from portal.templatetags.portal_tags import rate_cards
 
