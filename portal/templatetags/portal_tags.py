@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -160,7 +161,7 @@ def free_of(devices: dict[str, Any] | None, gpu_class: str) -> str:
 
 
 @register.filter
-def rate_cards(versions: object) -> str:
+def rate_cards(versions: Iterable[object] | None) -> str:
     """Rate-card versions (their ``effective_from``, ISO 8601 in UTC) as people read them: the
     day a card took effect, with the time only when it is not midnight —
     ``["2026-10-15T00:00:00Z"]`` → ``"from 2026-10-15"``."""
