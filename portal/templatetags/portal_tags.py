@@ -161,10 +161,12 @@ def free_of(devices: dict[str, Any] | None, gpu_class: str) -> str:
 
 
 @register.filter
-def rate_cards(versions: Iterable[object] | None) -> str:
+def rate_cards(versions: Iterable[object] | str | None) -> str:
     """Rate-card versions (their ``effective_from``, ISO 8601 in UTC) as people read them: the
     day a card took effect, with the time only when it is not midnight —
-    ``["2026-10-15T00:00:00Z"]`` → ``"from 2026-10-15"``."""
+    ``["2026-10-15T00:00:00Z"]`` → ``"from 2026-10-15"``. One version may come as a string."""
+    if isinstance(versions, str):
+        versions = [versions]
     shown = []
     for version in versions or ():
         text = str(version)

@@ -118,21 +118,30 @@ def duty_lines(
             continue
         busy = gpu_hours * Fraction(min(max(value, 0.0), 100.0)).limit_denominator(10**6) / 100
         sums[job_id]["busy"] += busy
-        sums[job_id]["idle"] += gpu_hours - busy
     return [
         DutyLine(
             job_id=job_id,
             team=names[job_id][0],
             queue=names[job_id][1],
-            gpu_hours=round_hours(s["gpu"]),
-            busy_gpu_hours=round_hours(s["busy"]),
-            idle_gpu_hours=round_hours(s["idle"]),
-            unmeasured_gpu_hours=round_hours(s["unmeasured"]),
+            **rounded_parts(s["gpu"], busy=s["busy"], unmeasured=s["unmeasured"]),
             shared=shared[job_id],
             gpu_class=names[job_id][2],
         )
         for job_id, s in sorted(sums.items())
     ]
+
+
+def rounded_parts(gpu: Fraction, *, busy: Fraction, unmeasured: Fraction) -> dict[str, Decimal]:
+    """A job's GPU-hours and its parts, each rounded once — idle being what the rounded parts
+    leave, so busy + idle + unmeasured is the GPU-hours shown (rounding each part alone could
+    show 0.003 busy + 0.016 idle of 0.018 held)."""
+    held, busy_h, unmeasured_h = round_hours(gpu), round_hours(busy), round_hours(unmeasured)
+    return {
+        "gpu_hours": held,
+        "busy_gpu_hours": busy_h,
+        "idle_gpu_hours": max(held - busy_h - unmeasured_h, Decimal(0)),
+        "unmeasured_gpu_hours": unmeasured_h,
+    }
 
 
 @dataclass(frozen=True)

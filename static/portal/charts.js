@@ -30,7 +30,7 @@ function fitTitle(layout, width) {
     text: lines.join("<br>"),
   });
   layout.margin = Object.assign({}, layout.margin || {});
-  layout.margin.t = (layout.margin.t || 80) + 18 * (lines.length - 1);
+  layout.margin.t = (layout.margin.t || 80) + 20 * (lines.length - 1) + 8;
 }
 
 // A figure without a single point (a month nobody used, a queue with no waits yet) says so in

@@ -240,6 +240,8 @@ def test_drill_down_from_team_to_job_to_intervals(november, fiona):
 
     assert team.context["totals"].cost == {"EUR": D("96.00")}
     assert [row["cost"] for row in job.context["rows"]] == [D("96.00")]
+    # The rate card reads as the day it took effect; the raw instant only on hover.
+    assert '<small title="2026-01-01T00:00:00Z">from 2026-01-01</small>' in job.content.decode()
 
 
 def test_a_bad_month_is_a_400_page(fiona):

@@ -187,3 +187,21 @@ def test_the_simulated_dcgm_exporter_serves_the_series_in_text_format(sim_cluste
     [sample] = [s for s in family.samples if s.labels["namespace"] == "team-vision"]
     assert (family.name, family.type) == ("DCGM_FI_DEV_GPU_UTIL", "gauge")
     assert sample.labels["pod"].startswith(job.k8s_job_name) and sample.value == 40.0
+
+
+def test_the_parts_shown_add_up_to_the_gpu_hours_shown():
+    from fractions import Fraction
+
+    from queues.jobs.duty import rounded_parts
+
+    # 7 min 41 s on a 1/7 slice at 13.7 % busy: 0.0183 GPU-h, 0.0025 busy. Each part rounded
+    # alone read 0.003 busy + 0.016 idle of 0.018 held.
+    held = Fraction(461, 3600) / 7
+    parts = rounded_parts(held, busy=held * Fraction(137, 1000), unmeasured=Fraction(0))
+
+    assert parts == {
+        "gpu_hours": D("0.018"),
+        "busy_gpu_hours": D("0.003"),
+        "idle_gpu_hours": D("0.015"),
+        "unmeasured_gpu_hours": D("0.000"),
+    }
