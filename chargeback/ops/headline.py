@@ -114,7 +114,8 @@ class ClassWeek:
     failed: Decimal = ZERO
     admitted: int = 0
     within_target: int = 0
-    waiting: Decimal = Decimal("0.0")
+    # None when the reconcile recorded no minute of the week (the portal did not run then)
+    waiting: Decimal | None = Decimal("0.0")
 
     @property
     def allocated_percent(self) -> Decimal | None:
@@ -376,12 +377,17 @@ def _stranded(start: datetime, end: datetime) -> dict[str, Decimal]:
     return {row["gpu_class__name"]: (row["free"] / 60).quantize(ZERO) for row in rows}
 
 
-def _waiting(start: datetime, end: datetime, allowed: dict[int, set[str]]) -> dict[str, Decimal]:
+def _waiting(
+    start: datetime, end: datetime, allowed: dict[int, set[str]]
+) -> dict[str, Decimal] | None:
     """The average number of jobs waiting in queues that allow each class (a job in a queue of
-    two classes counts for both): jobs summed over the minute samples / minutes sampled."""
+    two classes counts for both): jobs summed over the minute samples / minutes sampled. None
+    when no minute was sampled: unknown, not zero."""
     minutes = (
         CapacitySample.objects.filter(at__gte=start, at__lt=end).values("at").distinct().count()
     )
+    if not minutes:
+        return None
     sums: dict[str, int] = defaultdict(int)
     for row in (
         PendingSample.objects.filter(at__gte=start, at__lt=end)
@@ -391,10 +397,7 @@ def _waiting(start: datetime, end: datetime, allowed: dict[int, set[str]]) -> di
     ):
         for name in allowed.get(row["queue_id"], set()):
             sums[name] += row["jobs"]
-    return {
-        k: (Decimal(v) / minutes).quantize(Decimal("0.1")) if minutes else Decimal("0.0")
-        for k, v in sums.items()
-    }
+    return {k: (Decimal(v) / minutes).quantize(Decimal("0.1")) for k, v in sums.items()}
 
 
 def _slo(start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
@@ -519,7 +522,7 @@ def _class_week(
     capacity: dict[str, dict[str, Decimal]],
     stranded: dict[str, Decimal],
     duty: dict[str, tuple[Decimal, Decimal]] | None,
-    waiting: dict[str, Decimal],
+    waiting: dict[str, Decimal] | None,
     slo: dict[str, tuple[int, int]],
     wastes: list[Waste],
 ) -> ClassWeek:
@@ -540,7 +543,7 @@ def _class_week(
         failed=sum((w.failed_gpu_hours for w in waste), ZERO),
         admitted=admitted,
         within_target=within,
-        waiting=waiting.get(name, Decimal("0.0")),
+        waiting=None if waiting is None else waiting.get(name, Decimal("0.0")),
     )
 
 

@@ -271,3 +271,12 @@ def test_big_gpus_mostly_idle_from_the_duty_cycle(sim_cluster, example_policy, m
         "time-sliced class would serve them"
     )
     assert advice.href == f"/manage/quotas/vision/{name}/"
+
+
+def test_a_week_the_reconcile_never_recorded_has_no_waiting_figure(example_policy):
+    # Jobs waited last week for all anyone knows: no minute was sampled, so the headline says
+    # "—" rather than an average of 0.0 jobs.
+    headline = headline_read(now=hour_of(timezone.now()), prometheus=None)
+
+    assert {r.last.waiting for r in headline.rows} == {None}
+    assert {r.this.waiting for r in headline.rows} == {None}
