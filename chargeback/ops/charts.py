@@ -183,7 +183,7 @@ def pending_over_time(series: dict[str, list[tuple[datetime, Decimal]]]) -> Figu
         _scatter(
             figure,
             name=code,
-            mode="lines",
+            mode="lines+markers",  # one hour recorded is a point, not an invisible line
             x=[_stamp(at) for at, _ in points],
             y=[float(v) for _, v in points],
         )
@@ -209,12 +209,16 @@ def fragmentation_over_time(points: Sequence[FragmentationPoint]) -> Figure:
         mine = [p for p in points if p.gpu_class == gpu_class]
         x = [_stamp(p.at) for p in mine]
         _scatter(
-            figure, name=f"{gpu_class} free", mode="lines", x=x, y=[float(p.free) for p in mine]
+            figure,
+            name=f"{gpu_class} free",
+            mode="lines+markers",
+            x=x,
+            y=[float(p.free) for p in mine],
         )
         _scatter(
             figure,
             name=f"{gpu_class} in 8-GPU slots",
-            mode="lines",
+            mode="lines+markers",
             line={"dash": "dot"},
             x=x,
             y=[8 * p.slots.get(SLOT_SHOWN, 0) for p in mine],

@@ -31,3 +31,11 @@ def test_the_wait_target_is_a_visible_bar():
     [_, _, target] = charts.waits(rows)["data"]
     assert target["y"] == [120.0]
     assert target["marker"]["symbol"] == "line-ew" and target["marker"]["line"]["width"] == 3
+
+
+def test_one_hour_of_history_draws_a_point_not_an_invisible_line():
+    pending = charts.pending_over_time({"QuotaExceeded": [(AT, Decimal(2))]})
+    free = charts.fragmentation_over_time([FragmentationPoint("h100", AT, Decimal(8), {"8": 0})])
+
+    assert [t["mode"] for t in pending["data"]] == ["lines+markers"]
+    assert [t["mode"] for t in free["data"]] == ["lines+markers", "lines+markers"]
