@@ -420,7 +420,14 @@ def reservation_end(*, name: str, now: datetime) -> PolicyReport:
 
 # --- Policy objects as text ---------------------------------------------------------------------
 
-EDITABLE_SECTIONS = ("gpu_classes", "capability_classes", "queues", "teams", "rate_cards")
+EDITABLE_SECTIONS = (
+    "gpu_classes",
+    "capability_classes",
+    "queues",
+    "teams",
+    "node_pools",
+    "rate_cards",
+)
 
 
 def policy_object_apply(

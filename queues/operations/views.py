@@ -533,6 +533,7 @@ SECTION_TITLES = {
     "capability_classes": "Capability classes",
     "queues": "Queues",
     "teams": "Teams",
+    "node_pools": "Node pools",
     "rate_cards": "Rate cards",
 }
 
@@ -569,7 +570,8 @@ def policy_overview(request: HttpRequest) -> HttpResponse:
 def policy_roles(request: HttpRequest) -> HttpResponse:
     """The identity-provider groups that give finance and admin, as the policy file's ``roles``
     section: checked (a dry run showing the diff), then applied."""
-    text = request.POST.get("text", "")[:100_000] if request.method == "POST" else ""
+    # Never cut: a text over the policy's size limit is refused whole (load_policy_text).
+    text = request.POST.get("text", "") if request.method == "POST" else ""
     text = text or policy_roles_text()
     problems: list[str] = []
     report = None

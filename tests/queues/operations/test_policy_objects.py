@@ -127,7 +127,51 @@ def test_the_policy_overview_titles_its_sections_and_dates_rate_cards(client, ad
         "Capability classes",
         "Queues",
         "Teams",
+        "Node pools",
         "Rate cards",
         "Roles from identity-provider groups",
     ]
     assert "<li>from 2026-01-01 00:00 UTC <small>(never rewritten)</small></li>" in html
+
+
+def test_a_node_pool_is_edited_on_the_page_like_any_policy_object(client, ada, example_policy):
+    # Node pools are policy (docs/policy.md) but had no place on the admin's policy page.
+    from queues.models import NodePool
+    from queues.policy.apply import policy_apply
+    from tests.conftest import ROOT
+
+    policy_apply(text=(ROOT / "examples" / "policy-elastic.yaml").read_text())
+    client.force_login(ada)
+    assert (
+        'href="/manage/policy/node_pools/h100-burst/"'
+        in client.get("/manage/policy/").content.decode()
+    )
+    text = policy_object_text(section="node_pools", name="h100-burst")
+    assert "max_nodes: 2" in text
+
+    saved = client.post(
+        "/manage/policy/node_pools/h100-burst/",
+        {"text": text.replace("max_nodes: 2", "max_nodes: 3"), "save": "1"},
+    )
+
+    assert saved["Location"] == "/manage/policy/"
+    assert NodePool.objects.get(name="h100-burst").max_nodes == 3
+    refused = client.post(
+        "/manage/policy/node_pools/h100-burst/",
+        {"text": text.replace("max_nodes: 2", "max_nodes: -1"), "save": "1"},
+    )
+    assert refused.status_code == 422
+    assert any(
+        p.startswith("node_pools[h100-burst].max_nodes") for p in refused.context["problems"]
+    )
+
+
+def test_roles_text_over_the_limit_is_refused_whole_not_cut(client, ada, example_policy):
+    client.force_login(ada)
+    text = "roles:\n  admin: [gpu-admins]\n" + "#" * 1_100_000 + "\n"
+
+    response = client.post("/manage/policy/roles/", {"text": text, "save": "1"})
+
+    assert response.status_code == 422
+    [problem] = response.context["problems"]
+    assert problem == "yaml: the file is 1,100,030 bytes; at most 1,000,000"
