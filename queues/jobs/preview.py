@@ -37,7 +37,10 @@ class Preview:
     starts_now: bool = False
     gpu_class: str = ""
     capacity: str = ""
-    estimated_start: datetime | None = None
+    estimated_start: datetime | None = None  # at the latest, as the job page says
+    likely_start: datetime | None = None
+    start_range_low: datetime | None = None
+    start_range_high: datetime | None = None
     why_unknown: str = ""
     reasons: tuple[engine.PendingReason, ...] = ()
     alternatives: tuple[engine.Alternative, ...] = ()
@@ -58,6 +61,14 @@ class Preview:
             "gpu_class": self.gpu_class or None,
             "capacity": self.capacity or None,
             "estimated_start": self.estimated_start.isoformat() if self.estimated_start else None,
+            **{
+                key: value.isoformat() if value else None
+                for key, value in (
+                    ("likely_start", self.likely_start),
+                    ("start_range_low", self.start_range_low),
+                    ("start_range_high", self.start_range_high),
+                )
+            },
             "why_unknown": self.why_unknown,
             "reasons": [r.to_dict() for r in self.reasons],
             "alternatives": [
@@ -140,6 +151,9 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         errors={},
         gpu_class=on,
         estimated_start=status.estimated_start.at if status else None,
+        likely_start=status.estimated_start.likely if status else None,
+        start_range_low=status.estimated_start.range_low if status else None,
+        start_range_high=status.estimated_start.range_high if status else None,
         why_unknown=status.estimated_start.why_unknown if status else "",
         reasons=status.reasons if status else (),
         alternatives=explanation.alternatives,
