@@ -483,7 +483,14 @@ class PreviewSerializer(serializers.Serializer):
     capacity = serializers.CharField(
         allow_null=True, help_text="nominal, borrowed or reserved, when it starts now."
     )
-    estimated_start = serializers.DateTimeField(allow_null=True)
+    estimated_start = serializers.DateTimeField(
+        allow_null=True, help_text="At the latest, as the job's own estimated_start will say."
+    )
+    likely_start = serializers.DateTimeField(
+        allow_null=True, help_text="When it should start if jobs run as long as similar ones did."
+    )
+    start_range_low = serializers.DateTimeField(allow_null=True)
+    start_range_high = serializers.DateTimeField(allow_null=True)
     why_unknown = serializers.CharField(allow_blank=True)
     reasons = PendingReasonSerializer(many=True, help_text="The binding reason first.")
     alternatives = AlternativeSerializer(many=True, help_text="Soonest first.")
