@@ -255,7 +255,12 @@ def _warm_idle_hours(*, start: datetime, end: datetime, now: datetime) -> dict[i
         node_id__in=nodes,
         state=NodeState.AVAILABLE,
     ).values_list(
-        "node_id", "gpu_class_id", "amount_numerator", "amount_denominator", "started_at", "ended_at"
+        "node_id",
+        "gpu_class_id",
+        "amount_numerator",
+        "amount_denominator",
+        "started_at",
+        "ended_at",
     )
     by_node: dict[int, list[tuple[datetime, datetime]]] = {}
     for node, held_from, held_to in holds:

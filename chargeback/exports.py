@@ -192,8 +192,9 @@ CSV_VALUES = [
 def report_csv(data: dict[str, Any]) -> str:
     """The report as CSV: one row per line, then a total row per currency, then the adjustments
     (each naming its period) and their totals, then the waste by team, queue and class and its
-    total, then (finance only) the idle capacity per GPU class and pool. Every row starts with the period (``YYYY-MM``, or ``start/end`` for a range) and the
-    as-of instant, so the CSVs of several months stack into one sheet."""
+    total, then (finance only) the idle capacity per GPU class and pool. Every row starts with
+    the period (``YYYY-MM``, or ``start/end`` for a range) and the as-of instant, so the CSVs of
+    several months stack into one sheet."""
     group_by = data["group_by"]
     period = data["period"] or f"{data['start']}/{data['end']}"
     lead = [period, data["as_of"]]
