@@ -14,7 +14,6 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from queues.cluster.adapter import Cluster
@@ -48,7 +47,6 @@ from queues.operations.services import (
     quota_request_decline,
     quota_request_file,
 )
-from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.jobs import job_transition
 from tests.factories import JobFactory
 from tests.queues.notifications.conftest import free_port
@@ -56,28 +54,6 @@ from tests.queues.notifications.conftest import free_port
 pytestmark = pytest.mark.django_db
 
 EVERYTHING = {choice: True for choice in DEFAULTS}
-
-
-@pytest.fixture
-def cycle(sim_cluster, example_policy):
-    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
-
-    def run():
-        return reconcile_cycle(cluster=adapter, now=sim_cluster.now())
-
-    yield run
-    adapter.close()
-
-
-@pytest.fixture
-def people(mia, sara, outsider):
-    """Everybody with an address: mia (vision, nlp), victor (vision), sara (search), outsider."""
-    victor = get_user_model().objects.get(username="victor")
-    for user in (mia, victor, sara, outsider):
-        user.email = f"{user.username}@example.org"
-        user.save(update_fields=["email"])
-    notifications_collect(now=timezone.now())  # the collector starts from here
-    return {"mia": mia, "victor": victor, "sara": sara, "outsider": outsider}
 
 
 def submit(owner, *, seconds: int = 60, exit_code: int = 0, name: str = "") -> Job:
