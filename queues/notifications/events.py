@@ -26,7 +26,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import Max, OuterRef, Q, Subquery
+from django.db.models import F, Max, Min, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
 from portal.formatting import format_datetime
 from portal.roles import FINANCE_GROUP
@@ -285,6 +286,25 @@ def staff_users() -> list[User]:
     )
 
 
+def waiting_since() -> dict[int, datetime]:
+    """Per queue with waiting jobs, since when its longest-waiting job waits: since it was
+    submitted, or since it was last requeued (a preempted job that ran for hours has not waited
+    all that time)."""
+    requeued = (
+        JobEvent.objects.filter(job=OuterRef("pk"), kind=EventKind.REQUEUED)
+        .order_by("-at")
+        .values("at")[:1]
+    )
+    rows = (
+        Job.objects.filter(state=JobState.PENDING)
+        .annotate(since=Coalesce(Subquery(requeued), F("submitted_at")))
+        .values("queue_id")
+        .annotate(oldest=Min("since"))
+        .values_list("queue_id", "oldest")
+    )
+    return dict(rows)
+
+
 def queue_notices(*, now: datetime) -> list[Notice]:
     """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
     queue has been past its target for at least that hour. To admins and finance, once per queue
@@ -293,13 +313,9 @@ def queue_notices(*, now: datetime) -> list[Notice]:
     if not staff:
         return []
     notices = []
-    oldest = (
-        Job.objects.filter(state=JobState.PENDING, queue=OuterRef("pk"))
-        .order_by("submitted_at")
-        .values("submitted_at")[:1]
-    )
-    for queue in Queue.objects.annotate(oldest=Subquery(oldest)).filter(oldest__isnull=False):
-        waited = now - queue.oldest
+    since = waiting_since()
+    for queue in Queue.objects.filter(pk__in=list(since)).order_by("name"):
+        waited = now - since[queue.pk]
         if waited < queue.expected_wait_target + PAST_TARGET_FOR:
             continue
         waiting = Job.objects.filter(state=JobState.PENDING, queue=queue).count()

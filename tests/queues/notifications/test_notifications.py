@@ -417,3 +417,28 @@ def test_a_drain_warns_ahead_then_says_what_was_lost_when_it_stops_the_job(
         f"Job {job.pk} in queue batch, team vision was stopped and goes back to the queue: "
         f"{preempted.message}."
     )
+
+
+def test_a_requeued_job_waits_since_it_was_requeued_not_since_it_was_submitted(
+    people, ada, smtp_server
+):
+    ada.email = "ada@example.org"
+    ada.save(update_fields=["email"])
+    batch = Queue.objects.get(name="batch")  # wait target 2h
+    team = Team.objects.get(name="vision")
+    # Submitted 5 h ago, ran 4 h 50 min, preempted: back in the queue 10 minutes ago.
+    preempted = JobFactory(owner=people["mia"], team=team, queue=batch, state="pending",
+                           submitted_at=timezone.now() - timedelta(hours=5), attempts=1)  # fmt: skip
+    JobEvent.objects.create(
+        job=preempted, at=timezone.now() - timedelta(minutes=10), kind=EventKind.REQUEUED,
+        message="pods gone; back in the queue (attempt 2)",
+    )  # fmt: skip
+    assert notify() == 0
+
+    JobFactory(owner=people["mia"], team=team, queue=batch, state="pending",
+               submitted_at=timezone.now() - timedelta(hours=3, minutes=10))  # fmt: skip
+    assert notify() == 1
+    assert smtp_server.messages[0].get_content().strip() == (
+        "Queue batch is past its wait target of 2 h: its longest-waiting job has waited "
+        "3 h 10 min, and 2 job(s) wait."
+    )
