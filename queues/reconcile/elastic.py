@@ -386,22 +386,23 @@ def warm_holds_sync(snapshot: engine.Snapshot, *, now: datetime) -> None:
         }
         if not fresh:
             return
-        nodes = {
-            n.name: n
-            for n in Node.objects.filter(name__in=list(fresh), gpu_class__isnull=False).only(
-                "pk", "name", "gpu_class_id"
-            )
+        classes = {
+            name: (pk, class_id)
+            for pk, name, class_id in Node.objects.filter(
+                name__in=list(fresh), gpu_class__isnull=False
+            ).values_list("pk", "name", "gpu_class_id")
+            if class_id is not None
         }
         WarmHold.objects.bulk_create(
             [
                 WarmHold(
-                    node=nodes[name],
-                    gpu_class_id=nodes[name].gpu_class_id,
+                    node_id=classes[name][0],
+                    gpu_class_id=classes[name][1],
                     queue=queue,
                     started_at=now,
                 )
                 for name, queue in sorted(fresh.items())
-                if name in nodes
+                if name in classes
             ],
             ignore_conflicts=True,
         )
