@@ -99,7 +99,11 @@ class TeamWebhookView(APIView):
     @extend_schema(
         tags=["notifications"],
         summary="A team's webhook (admins)",
-        responses={200: TeamWebhookSerializer},
+        responses={
+            200: TeamWebhookSerializer,
+            403: ErrorDetailSerializer,
+            404: ErrorDetailSerializer,
+        },
     )
     def get(self, request: Request, team: str) -> Response:
         found = get_object_or_404(Team.objects.active(), name=team)
@@ -112,6 +116,8 @@ class TeamWebhookView(APIView):
         responses={
             200: TeamWebhookSerializer,
             400: OpenApiResponse(ErrorDetailSerializer, description="Field → list of messages."),
+            403: ErrorDetailSerializer,
+            404: ErrorDetailSerializer,
         },
     )
     def put(self, request: Request, team: str) -> Response:
@@ -135,7 +141,11 @@ class TeamWebhookSecretView(APIView):
         tags=["notifications"],
         summary="Replace a team webhook's signing secret (admins)",
         request=None,
-        responses={200: TeamWebhookSerializer},
+        responses={
+            200: TeamWebhookSerializer,
+            403: ErrorDetailSerializer,
+            404: ErrorDetailSerializer,
+        },
     )
     def post(self, request: Request, team: str) -> Response:
         found = get_object_or_404(Team.objects.active(), name=team)
