@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -18,7 +18,6 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import DateTimeField, Q, QuerySet
 
-from portal.formatting import format_datetime
 from queues import admission as engine
 from queues.admission.reasons import time_text
 from queues.models import (
@@ -303,7 +302,8 @@ def audit_changes(entry: LogEntry) -> list[tuple[str, str, str]]:
 
 def _audit_value(entry: LogEntry, name: str, raw: Any) -> str:
     """A value as the audit stored it (text), as people read it: a related object by its name,
-    not its id ("ada", not "13"); a time to the second in UTC, not with microseconds."""
+    not its id ("ada", not "13"); a time to the second in UTC, as people write it
+    ("2026-12-05 23:50:12 UTC", not an ISO instant with microseconds)."""
     if raw in (None, "None", ""):
         return ""
     text = str(raw)
@@ -317,7 +317,7 @@ def _audit_value(entry: LogEntry, name: str, raw: Any) -> str:
         return str(related) if related is not None else f"#{text} (deleted)"
     if isinstance(field, DateTimeField):
         try:
-            return format_datetime(datetime.fromisoformat(text).replace(microsecond=0))
+            return f"{datetime.fromisoformat(text).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
         except ValueError:
             return text
     return text
