@@ -79,6 +79,16 @@ TEAM_WEBHOOK_HELP = (
 )
 
 
+TEAM_EVENT_LABELS = {
+    NotificationEvent.JOB_STARTED: "A job of the team started",
+    NotificationEvent.JOB_FINISHED: "A job of the team finished",
+    NotificationEvent.JOB_FAILED: "A job of the team failed",
+    NotificationEvent.JOB_PREEMPTED: "A job of the team was preempted or stopped by a drain",
+    NotificationEvent.JOB_DRAIN_AHEAD: "A job of the team will be stopped by a drain",
+    NotificationEvent.JOB_START_LATER: "A waiting job of the team's latest start moved later",
+}
+
+
 class TeamWebhookForm(forms.Form):
     """A team's webhook: its URL and which of its jobs' events it receives."""
 
@@ -89,7 +99,7 @@ class TeamWebhookForm(forms.Form):
     events = forms.MultipleChoiceField(
         required=False,
         label="Events",
-        choices=[(e.value, e.label.replace("My job", "A job of the team")) for e in TEAM_EVENTS],
+        choices=[(e.value, TEAM_EVENT_LABELS[e]) for e in TEAM_EVENTS],
         widget=forms.CheckboxSelectMultiple,
     )
 
