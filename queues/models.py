@@ -1653,6 +1653,9 @@ class TeamWebhook(models.Model):
     url = models.URLField(max_length=500, blank=True)
     secret = models.CharField(max_length=64)
     events = models.JSONField(default=list, blank=True, help_text='e.g. ["job_failed"]')
+    since = models.DateTimeField(
+        null=True, blank=True, help_text="URL or events last changed: earlier events are not sent."
+    )
 
     def __str__(self) -> str:
         return f"team {self.team_id} → {self.url or '(none)'}"

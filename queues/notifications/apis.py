@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -128,6 +129,7 @@ class TeamWebhookView(APIView):
             team=found,
             url=body.validated_data.get("url"),
             events=body.validated_data.get("events"),
+            now=timezone.now(),
         )
         return Response(TeamWebhookSerializer(_team_hook(hook)).data)
 

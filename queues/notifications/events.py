@@ -82,6 +82,7 @@ class Notice:
     details: dict[str, Any] = field(default_factory=dict)
     team_id: int | None = None  # a job's team, whose webhook may hear of it
     team_text: str = ""  # what the team's channel is told (it names the job's owner)
+    at: datetime | None = None  # when it happened (a team hook hears only of what came after it)
 
 
 def when(moment: datetime | None) -> str:
@@ -137,6 +138,7 @@ def job_notice(event: JobEvent, job: Job) -> Notice:
         },
         team_id=job.team_id,
         team_text=f"{team_text} {link}".strip(),
+        at=event.at,
     )
 
 
@@ -411,6 +413,17 @@ def decision_notices(*, now: datetime) -> list[Notice]:
     return notices
 
 
+def _team_wants(hooks: dict[int, tuple[set[str], datetime | None]], notice: Notice) -> bool:
+    """Whether the notice's team webhook receives it: its event is chosen, and it happened
+    after the hook's URL or events last changed (what is current, drains ahead and later starts,
+    has no ``at``)."""
+    assert notice.team_id is not None
+    events, since = hooks.get(notice.team_id, (set(), None))
+    if notice.event not in events:
+        return False
+    return since is None or notice.at is None or notice.at > since
+
+
 def notifications_collect(*, now: datetime) -> int:
     """Find what happened since the last collection and add a delivery for each person and
     channel that wants it; returns how many deliveries were new."""
@@ -460,7 +473,7 @@ def notifications_collect(*, now: datetime) -> int:
             created_at=now,
         )
         for notice in fresh
-        if notice.team_id is not None and notice.event in hooks.get(notice.team_id, ())
+        if notice.team_id is not None and _team_wants(hooks, notice)
     ]
     made = NotificationDelivery.objects.bulk_create(rows, ignore_conflicts=True)
     # Only forward: two collectors racing never move the cursor back.

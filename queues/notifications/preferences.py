@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -120,10 +121,13 @@ def team_webhook_of(team: Team) -> TeamWebhook:
     return hook
 
 
-def team_webhook_set(*, team: Team, url: str | None, events: list[str] | None) -> TeamWebhook:
+def team_webhook_set(
+    *, team: Team, url: str | None, events: list[str] | None, now: datetime
+) -> TeamWebhook:
     """Store ``team``'s webhook URL ("" removes it) and the events it receives, each unless
-    None. The values are already checked (form or serializer): ``url`` by
-    ``webhook_url_problem``, ``events`` within ``TEAM_EVENTS``."""
+    None; after a change at ``now`` nothing that happened before it is sent. The values are
+    already checked (form or serializer): ``url`` by ``webhook_url_problem``, ``events`` within
+    ``TEAM_EVENTS``."""
     if events is not None and set(events) - {e.value for e in TEAM_EVENTS}:
         raise ValueError(f"not a team event: {sorted(set(events) - set(TEAM_EVENTS))}")
     with transaction.atomic():
@@ -138,7 +142,10 @@ def team_webhook_set(*, team: Team, url: str | None, events: list[str] | None) -
                 hook.events = ordered
                 fields.append("events")
         if fields:
-            hook.save(update_fields=fields)
+            # What happened before the change is not news to the new URL or events (the
+            # collector re-reads some of the timeline it had read).
+            hook.since = now
+            hook.save(update_fields=[*fields, "since"])
     return hook
 
 
@@ -155,13 +162,14 @@ def secret_fingerprint(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:12]
 
 
-def team_hooks_wanting(team_ids: set[int]) -> dict[int, set[str]]:
-    """For each of ``team_ids`` with a webhook URL: the events it receives. One query."""
+def team_hooks_wanting(team_ids: set[int]) -> dict[int, tuple[set[str], datetime | None]]:
+    """For each of ``team_ids`` with a webhook URL: the events it receives, and since when
+    (events that happened before its URL or events last changed are not sent). One query."""
     return {
-        team_id: set(events)
-        for team_id, events in TeamWebhook.objects.filter(team_id__in=team_ids)
+        team_id: (set(events), since)
+        for team_id, events, since in TeamWebhook.objects.filter(team_id__in=team_ids)
         .exclude(url="")
-        .values_list("team_id", "events")
+        .values_list("team_id", "events", "since")
     }
 
 

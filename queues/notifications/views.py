@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest, signed_in
@@ -79,7 +80,10 @@ def team_webhook_edit(request: PortalRequest, team: str) -> HttpResponse:
     form = TeamWebhookForm(request.POST or None, initial={"url": hook.url, "events": hook.events})
     if request.method == "POST" and form.is_valid():
         team_webhook_set(
-            team=found, url=form.cleaned_data["url"], events=form.cleaned_data["events"]
+            team=found,
+            url=form.cleaned_data["url"],
+            events=form.cleaned_data["events"],
+            now=timezone.now(),
         )
         messages.success(request, f"Team {found.name}'s webhook saved.")
         return redirect("team-webhooks:edit", team=found.name)
