@@ -12,9 +12,20 @@ from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest, signed_in
 from portal.roles import is_finance
-from queues.models import NotificationChannel, NotificationDelivery, Team, TeamWebhook
+from queues.catalog.selectors import teams_of
+from queues.models import (
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationEvent,
+    Team,
+    TeamWebhook,
+)
 from queues.notifications.delivery import SIGNATURE_HEADER
-from queues.notifications.forms import NotificationSettingsForm, TeamWebhookForm
+from queues.notifications.forms import (
+    TEAM_EVENT_LABELS,
+    NotificationSettingsForm,
+    TeamWebhookForm,
+)
 from queues.notifications.preferences import (
     preferences_of,
     preferences_set,
@@ -44,10 +55,19 @@ def notification_settings(request: PortalRequest) -> HttpResponse:
         messages.success(request, "Notification settings saved.")
         return redirect("notifications:settings")
     recent = NotificationDelivery.objects.filter(user=user).order_by("-created_at", "-pk")[:10]
+    # Your teams' channels hear of your jobs too: say which, and of what (not where).
+    channels = [
+        (hook.team.name, [TEAM_EVENT_LABELS[NotificationEvent(e)] for e in hook.events])
+        for hook in TeamWebhook.objects.filter(team__in=teams_of(user))
+        .exclude(url="")
+        .select_related("team")
+        .order_by("team__name")
+    ]
     return render(
         request,
         "notifications/settings.html",
         {
+            "team_channels": channels,
             "form": form,
             "channels": NotificationChannel,
             "hook": hook,

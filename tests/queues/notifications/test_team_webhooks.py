@@ -348,3 +348,26 @@ def test_what_happened_before_a_teams_webhook_was_set_is_not_sent_to_it(
 
     assert send_teams() == 0
     assert receiver.requests == []
+
+
+def test_a_member_is_told_which_of_her_teams_channels_hear_of_her_jobs(people, sim_cluster):
+    team_webhook_set(
+        team=Team.objects.get(name="vision"),
+        url="https://hooks.example.org/vision",
+        events=["job_failed", "job_drain_ahead"],
+        now=sim_cluster.now(),
+    )
+    client = Client()
+    client.force_login(people["mia"])
+
+    html = client.get("/settings/notifications/").content.decode()
+
+    assert (
+        "Your teams' channels also hear of your jobs (set by admins): <strong>vision</strong> "
+        "(a job of the team failed, a job of the team will be stopped by a drain)."
+    ) in html
+    assert "hooks.example.org" not in html  # where it goes is the admins' business
+    client.force_login(people["sara"])  # search has no channel
+    assert (
+        'data-testid="team-channels"' not in client.get("/settings/notifications/").content.decode()
+    )
