@@ -211,8 +211,18 @@ class BudgetSerializer(serializers.Serializer):
 
 class CapacitySerializer(serializers.Serializer):
     gpu_class = serializers.CharField()
+    pool = serializers.CharField(help_text="The class's node pool; empty without one.")
     used = serializers.DecimalField(max_digits=18, decimal_places=3)
-    idle = serializers.DecimalField(max_digits=18, decimal_places=3)
+    idle = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=3,
+        help_text="In service, held by nobody, not reserved and not kept warm by a floor.",
+    )
+    warm_idle = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=3,
+        help_text="Idle on nodes a queue's warm floor held empty (docs/chargeback.md).",
+    )
     reserved_idle = serializers.DecimalField(max_digits=18, decimal_places=3)
     unhealthy = serializers.DecimalField(max_digits=18, decimal_places=3)
     maintenance = serializers.DecimalField(max_digits=18, decimal_places=3)

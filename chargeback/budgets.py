@@ -2,22 +2,24 @@
 ``budgets``, ``queues.models.Budget``) beside what the month's statement bills it so far and what
 the forecast says it will be at the month's end. At ``WARN_PERCENT`` and ``OVER_PERCENT`` of the
 budget — reached by the spend or by the forecast — the page shows a banner to finance and to the
-team's members, and ``/metrics`` exports the spend and the amount for alerting."""
+team's members, and ``/metrics`` exports the spend and the amount for alerting. When the spend
+itself reaches the amount, ``budget_overruns_record`` notes it once per budget and month, and
+admins and finance are told (queues' notifications read those rows)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from chargeback.forecast import Forecast
-from chargeback.models import month_end, month_start
+from chargeback.models import Period, month_end, month_start
 from chargeback.statements import Line, statement
-from queues.models import Budget, BudgetScope, Team
+from queues.models import Budget, BudgetOverrun, BudgetScope, Team
 
 METRICS_PREFIX = "gpuportal"
 WARN_PERCENT = Decimal(80)
@@ -156,6 +158,42 @@ def _spent(
         ):
             total += line.cost
     return total
+
+
+def budget_overruns_record(*, now: datetime) -> int:
+    """Note each budget whose month's spend (the statement's cost as of ``now``, in the budget's
+    currency) reached its amount, with the numbers then: once per budget and month (the rows'
+    unique key), so a check every few minutes tells of a crossing once, not at every check.
+    Checks this month, and last month while it is not closed (late usage still lands in it).
+    Returns how many rows are new."""
+    this_month = now.date().replace(day=1)
+    months = [this_month]
+    previous = (this_month - timedelta(days=1)).replace(day=1)
+    if not Period.objects.filter(month=previous).exists():
+        months.append(previous)
+    made = 0
+    for month in months:
+        budgets = budgets_for(month)
+        known = set(BudgetOverrun.objects.filter(month=month).values_list("scope", "name"))
+        if not set(budgets) - known:
+            continue  # none, or every one already past: no statement to compute
+        lines = statement(start=month_start(month), end=month_end(month), now=now).lines
+        statuses = budget_statuses(month=month, lines=lines, forecasts=(), team_ids=None)
+        rows = [
+            BudgetOverrun(
+                scope=s.scope,
+                name=s.name,
+                month=month,
+                amount=s.amount,
+                spent=s.spent,
+                currency=s.currency,
+                at=now,
+            )
+            for s in statuses
+            if s.spent >= s.amount and (s.scope, s.name) not in known
+        ]
+        made += len(BudgetOverrun.objects.bulk_create(rows, ignore_conflicts=True))
+    return made
 
 
 class BudgetCollector(Collector):

@@ -1,13 +1,14 @@
-"""Idle capacity beside the bill, never charged to a team: per GPU class, the allocatable
-GPU-hours the node-state intervals record, split into used (by the portal's usage intervals, on
-the nodes and in the states where they ran), idle, reserved-but-idle, unhealthy, maintenance and
-used outside the portal. Exact (Fractions from whole microseconds) until each figure is rounded
-once; the parts add up to the allocatable hours exactly."""
+"""Idle capacity beside the bill, never charged to a team: per GPU class (and its node pool),
+the allocatable GPU-hours the node-state intervals record, split into used (by the portal's
+usage intervals, on the nodes and in the states where they ran), idle, kept warm by a floor
+(idle on nodes a queue's warm floor held, ``WarmHold``), reserved-but-idle, unhealthy,
+maintenance and used outside the portal. Exact (Fractions from whole microseconds) until each
+figure is rounded once; the parts add up to the allocatable hours exactly."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
@@ -15,7 +16,14 @@ from django.db import connection
 from django.db.models import Q
 
 from chargeback.statements import _db_time, exact_sums, extremes, microseconds_sql, statement
-from queues.models import GpuClass, NodeState, NodeStateInterval, Reservation
+from queues.models import (
+    GpuClass,
+    NodePool,
+    NodeState,
+    NodeStateInterval,
+    Reservation,
+    WarmHold,
+)
 from queues.rates import MICROSECONDS_PER_HOUR, round_hours
 
 
@@ -24,8 +32,10 @@ class ExactSplit:
     """A class's GPU-hours by what they did, exact."""
 
     gpu_class: str
+    pool: str  # the class's node pool, "" without one
     used: Fraction
-    idle: Fraction
+    idle: Fraction  # other idle: not kept warm, not reserved
+    warm_idle: Fraction  # idle on nodes a warm floor held
     reserved_idle: Fraction
     unhealthy: Fraction
     maintenance: Fraction
@@ -40,8 +50,10 @@ class CapacitySplit:
     of the rounded parts."""
 
     gpu_class: str
+    pool: str
     used: Decimal
     idle: Decimal
+    warm_idle: Decimal
     reserved_idle: Decimal
     unhealthy: Decimal
     maintenance: Decimal
@@ -53,6 +65,7 @@ class CapacitySplit:
         return (
             self.used
             + self.idle
+            + self.warm_idle
             + self.reserved_idle
             + self.unhealthy
             + self.maintenance
@@ -60,7 +73,7 @@ class CapacitySplit:
         )
 
 
-PARTS = ("used", "idle", "reserved_idle", "unhealthy", "maintenance", "outside")
+PARTS = ("used", "idle", "warm_idle", "reserved_idle", "unhealthy", "maintenance", "outside")
 
 
 def exact_capacity_split(*, start: datetime, end: datetime, now: datetime) -> list[ExactSplit]:
@@ -79,12 +92,7 @@ def exact_capacity_split(*, start: datetime, end: datetime, now: datetime) -> li
     for class_id, state, numerator, denominator, started, ended in rows:
         lo, hi = max(started, start), min(ended or now, end)
         if hi > lo:
-            us = (
-                (hi - lo).days * 86_400_000_000
-                + (hi - lo).seconds * 1_000_000
-                + (hi - lo).microseconds
-            )
-            hours = Fraction(us * numerator, MICROSECONDS_PER_HOUR * denominator)
+            hours = Fraction(_us(hi - lo) * numerator, MICROSECONDS_PER_HOUR * denominator)
             held[(class_id, state)] = held.get((class_id, state), Fraction(0)) + hours
     used = _used_by_state(start=start, end=end, now=now)
     total_used = {
@@ -92,7 +100,9 @@ def exact_capacity_split(*, start: datetime, end: datetime, now: datetime) -> li
         for line in _exact_use_by_class(start=start, end=end, now=now)
     }
     names = dict(GpuClass.objects.values_list("pk", "name"))
+    pools = dict(NodePool.objects.values_list("gpu_class_id", "name"))
     reserved = _reserved_hours(start=start, end=end)
+    warm = _warm_idle_hours(start=start, end=end, now=now)
     splits = []
     for class_id in sorted({c for c, _ in held}, key=lambda c: names[c]):
 
@@ -104,11 +114,19 @@ def exact_capacity_split(*, start: datetime, end: datetime, now: datetime) -> li
         reserved_idle: Fraction = min(
             max(reserved.get(class_id, Fraction(0)), Fraction(0)), max(free, Fraction(0))
         )
+        # Reserved-but-idle is counted first (as before node pools); warm idle is what the
+        # floors' holds left idle, within what is neither used nor reserved.
+        warm_idle = min(
+            max(warm.get(class_id, Fraction(0)), Fraction(0)),
+            max(free - reserved_idle, Fraction(0)),
+        )
         splits.append(
             ExactSplit(
                 gpu_class=names[class_id],
+                pool=pools.get(class_id, ""),
                 used=attributed,
-                idle=free - reserved_idle,
+                idle=free - reserved_idle - warm_idle,
+                warm_idle=warm_idle,
                 reserved_idle=reserved_idle,
                 unhealthy=part(NodeState.UNHEALTHY),
                 maintenance=part(NodeState.MAINTENANCE),
@@ -124,6 +142,7 @@ def capacity_split(*, start: datetime, end: datetime, now: datetime) -> list[Cap
     return [
         CapacitySplit(
             gpu_class=s.gpu_class,
+            pool=s.pool,
             **{name: round_hours(getattr(s, name)) for name in PARTS},
             used_without_node_history=round_hours(s.used_without_node_history),
         )
@@ -210,3 +229,85 @@ def _reserved_hours(*, start: datetime, end: datetime) -> dict[int, Fraction]:
             hours - Fraction(used), Fraction(0)
         )
     return reserved
+
+
+def _us(span: timedelta) -> int:
+    return span.days * 86_400_000_000 + span.seconds * 1_000_000 + span.microseconds
+
+
+def _warm_idle_hours(*, start: datetime, end: datetime, now: datetime) -> dict[int, Fraction]:
+    """Per class, the GPU-hours kept warm by a floor in [``start``, ``end``): the in-service
+    GPUs (``available`` node-state intervals) of each node while a warm floor held it
+    (``WarmHold``), less the usage intervals on that node meanwhile (a job of the floor's queue
+    admitted onto it is seen before the next cycle lets the hold go). Open rows count until
+    ``now``."""
+    holds = list(
+        WarmHold.objects.filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=start), started_at__lt=end
+        ).values_list("node_id", "started_at", "ended_at")
+    )
+    if not holds:
+        return {}
+    nodes = {node for node, _, _ in holds}
+    states = NodeStateInterval.objects.filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start),
+        started_at__lt=end,
+        node_id__in=nodes,
+        state=NodeState.AVAILABLE,
+    ).values_list(
+        "node_id",
+        "gpu_class_id",
+        "amount_numerator",
+        "amount_denominator",
+        "started_at",
+        "ended_at",
+    )
+    by_node: dict[int, list[tuple[datetime, datetime]]] = {}
+    for node, held_from, held_to in holds:
+        by_node.setdefault(node, []).append((held_from, held_to or now))
+    warm: dict[int, Fraction] = {}
+    for node, class_id, numerator, denominator, started, ended in states:
+        for held_from, held_to in by_node[node]:
+            lo = max(started, held_from, start)
+            hi = min(ended or now, held_to, end, now)
+            if hi > lo:
+                hours = Fraction(_us(hi - lo) * numerator, MICROSECONDS_PER_HOUR * denominator)
+                warm[class_id] = warm.get(class_id, Fraction(0)) + hours
+    for class_id, used in _used_while_warm(start=start, end=end, now=now).items():
+        warm[class_id] = warm.get(class_id, Fraction(0)) - used
+    return warm
+
+
+def _used_while_warm(*, start: datetime, end: datetime, now: datetime) -> dict[int, Fraction]:
+    """GPU-hours of usage intervals on held nodes while held and in service, by class."""
+    vendor = connection.vendor
+    greatest, least = extremes(vendor)
+    micro = microseconds_sql(vendor, "p.ps", "p.pe")
+    sql = f"""
+        SELECT p.gpu_class_id, p.share_denominator,
+               SUM({micro} * p.devices * p.share_numerator)
+        FROM (
+            SELECT ns.gpu_class_id, i.share_denominator, i.share_numerator, i.devices,
+                   {greatest}(i.started_at, ns.started_at, h.started_at, %(ws)s) AS ps,
+                   {least}(COALESCE(i.ended_at, %(now)s), COALESCE(ns.ended_at, %(now)s),
+                           COALESCE(h.ended_at, %(now)s), %(we)s) AS pe
+            FROM queues_usageinterval i
+            JOIN queues_node n ON n.name = i.node
+            JOIN queues_nodestateinterval ns ON ns.node_id = n.id AND ns.state = 'available'
+            JOIN queues_warmhold h ON h.node_id = n.id
+            WHERE i.started_at < %(we)s AND (i.ended_at IS NULL OR i.ended_at > %(ws)s)
+              AND ns.started_at < %(we)s AND (ns.ended_at IS NULL OR ns.ended_at > %(ws)s)
+              AND h.started_at < %(we)s AND (h.ended_at IS NULL OR h.ended_at > %(ws)s)
+        ) p
+        WHERE p.pe > p.ps
+        GROUP BY p.gpu_class_id, p.share_denominator
+    """
+    params = {"ws": _db_time(start), "we": _db_time(min(end, now)), "now": _db_time(now)}
+    used: dict[int, Fraction] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for class_id, denominator, gpu_us in cursor.fetchall():
+            used[class_id] = used.get(class_id, Fraction(0)) + Fraction(
+                int(gpu_us), MICROSECONDS_PER_HOUR * int(denominator)
+            )
+    return used

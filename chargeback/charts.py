@@ -56,12 +56,14 @@ def monthly_trend(trend: Sequence[tuple[date, Totals]]) -> str:
 
 
 def capacity(splits: Sequence[CapacitySplit]) -> str:
-    """Used vs idle, reserved-idle, unhealthy, maintenance and outside GPU-hours per class."""
+    """Used vs idle, kept warm, reserved-idle, unhealthy, maintenance and outside GPU-hours per
+    class."""
     figure = go.Figure(layout={**LAYOUT, "barmode": "stack", "title": "Capacity (GPU-hours)"})
     classes = [s.gpu_class for s in splits]
     for part, label in (
         ("used", "used"),
         ("idle", "idle"),
+        ("warm_idle", "idle, kept warm by a floor"),
         ("reserved_idle", "reserved, idle"),
         ("unhealthy", "unhealthy"),
         ("maintenance", "maintenance"),

@@ -162,6 +162,7 @@ def budget_data(b: BudgetStatus) -> dict[str, Any]:
 def capacity_data(c: CapacitySplit) -> dict[str, Any]:
     return {
         "gpu_class": c.gpu_class,
+        "pool": c.pool,
         **{name: str(getattr(c, name)) for name in (*PARTS, "allocatable")},
         "used_without_node_history": str(c.used_without_node_history),
     }
@@ -173,6 +174,9 @@ WASTE_VALUES = [
     "failed_gpu_hours",
     "idle_gpu_hours",
 ]
+# Idle capacity rows (finance only) fill these last columns; ``capacity_idle`` is the idle not
+# kept warm by a floor, ``capacity_warm_idle`` the idle on nodes a warm floor held.
+CAPACITY_VALUES = [f"capacity_{name}" for name in ("gpu_class", "pool", *PARTS, "allocatable")]
 CSV_VALUES = [
     "currency",
     "device_hours",
@@ -188,8 +192,9 @@ CSV_VALUES = [
 def report_csv(data: dict[str, Any]) -> str:
     """The report as CSV: one row per line, then a total row per currency, then the adjustments
     (each naming its period) and their totals, then the waste by team, queue and class and its
-    total. Every row starts with the period (``YYYY-MM``, or ``start/end`` for a range) and the
-    as-of instant, so the CSVs of several months stack into one sheet."""
+    total, then (finance only) the idle capacity per GPU class and pool. Every row starts with
+    the period (``YYYY-MM``, or ``start/end`` for a range) and the as-of instant, so the CSVs of
+    several months stack into one sheet."""
     group_by = data["group_by"]
     period = data["period"] or f"{data['start']}/{data['end']}"
     lead = [period, data["as_of"]]
@@ -197,9 +202,19 @@ def report_csv(data: dict[str, Any]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(
-        ["period", "as_of", "kind", "for_period", *group_by, *CSV_VALUES, "queue", *WASTE_VALUES]
+        [
+            "period",
+            "as_of",
+            "kind",
+            "for_period",
+            *group_by,
+            *CSV_VALUES,
+            "queue",
+            *WASTE_VALUES,
+            *CAPACITY_VALUES,
+        ]
     )
-    blank_waste = ["" for _ in range(1 + len(WASTE_VALUES))]
+    blank_waste = ["" for _ in range(1 + len(WASTE_VALUES) + len(CAPACITY_VALUES))]
 
     def rows(kind: str, lines: list[dict[str, Any]], totals: dict[str, Any]) -> None:
         for line in lines:
@@ -254,6 +269,17 @@ def report_csv(data: dict[str, Any]) -> str:
                 *("" for _ in range(width - len(group_by))),
                 w["queue"],
                 *("" if w[c] is None else w[c] for c in WASTE_VALUES),
+                *("" for _ in CAPACITY_VALUES),
+            ]
+        )
+    for c in data.get("idle_capacity") or []:
+        writer.writerow(
+            [
+                *lead,
+                "idle capacity",
+                "",
+                *("" for _ in range(width + 1 + len(WASTE_VALUES))),
+                *(c[name.removeprefix("capacity_")] for name in CAPACITY_VALUES),
             ]
         )
     return out.getvalue()

@@ -9,6 +9,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from chargeback.budgets import budget_overruns_record
 from chargeback.models import month_start
 from chargeback.services import PeriodRefused, period_close
 
@@ -30,3 +31,10 @@ def close_previous_period() -> str:
         logger.warning("not closing %s: %s", f"{previous:%Y-%m}", exc)
         return str(exc)
     return f"closed {period}" if closed else f"{period} closed already"
+
+
+@shared_task(name="chargeback.budget_overruns", acks_late=True, ignore_result=True)
+def budget_overruns() -> int:
+    """Note budgets whose month's spend reached their amount (beat runs this every
+    ``BUDGET_CHECK_SECONDS``; a budget already noted this month adds nothing)."""
+    return budget_overruns_record(now=timezone.now())

@@ -394,6 +394,11 @@ CHARGEBACK_CLOSE_GRACE_HOURS = env.int("CHARGEBACK_CLOSE_GRACE_HOURS", default=7
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "queues.reconcile", "schedule": RECONCILE_INTERVAL_SECONDS},
     "close-previous-period": {"task": "chargeback.close_previous_period", "schedule": 3600.0},
+    # a budget whose month's spend reached it is noted once; admins and finance are told
+    "budget-overruns": {
+        "task": "chargeback.budget_overruns",
+        "schedule": env.float("BUDGET_CHECK_SECONDS", default=600.0),
+    },
     # the duty-cycle counters of /metrics (does nothing without PROMETHEUS_URL)
     "duty-count": {"task": "queues.duty_count", "schedule": 300.0},
     "notifications": {

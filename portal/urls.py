@@ -19,6 +19,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("queues/", include("queues.catalog.urls")),
     path("jobs/", include("queues.jobs.urls")),
+    path("manage/team-webhooks/", include("queues.notifications.team_urls")),
     path("manage/", include("queues.operations.urls")),
     path("quota-requests/", include("queues.operations.request_urls")),
     path("chargeback/", include("chargeback.urls")),

@@ -27,6 +27,16 @@ urlpatterns = [
         notification_apis.NotificationSettingsView.as_view(),
         name="notification-settings",
     ),
+    path(
+        "teams/<str:team>/webhook/",
+        notification_apis.TeamWebhookView.as_view(),
+        name="team-webhook",
+    ),
+    path(
+        "teams/<str:team>/webhook/secret/",
+        notification_apis.TeamWebhookSecretView.as_view(),
+        name="team-webhook-secret",
+    ),
     path("quotas/", operations_apis.QuotaListView.as_view(), name="quota-list"),
     path(
         "quotas/<slug:team>/<slug:gpu_class>/",

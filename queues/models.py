@@ -1555,6 +1555,36 @@ class PoolNode(models.Model):
         return self.ready_at - self.requested_at
 
 
+class WarmHold(models.Model):
+    """One node a queue's warm floor held empty for it, from when to when: the engine's
+    ``warm_nodes``, recorded by the reconcile each cycle with node pools
+    (``queues.reconcile.elastic.warm_holds_sync``). Chargeback's idle split reads it: an idle
+    GPU on a held node is kept warm by a floor (docs/chargeback.md). At most one open row per
+    node (a database constraint), so a rerun after a crash cannot open a second."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="warm_holds")
+    gpu_class = models.ForeignKey(GpuClass, on_delete=models.PROTECT, related_name="warm_holds")
+    queue = models.CharField(max_length=63, help_text="The queue whose floor held it")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["gpu_class", "started_at"], name="warm_hold_class_started")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(ended_at__isnull=True), name="warm_hold_one_open"
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=F("started_at")),
+                name="warm_hold_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} warm for {self.queue} from {self.started_at}"
+
+
 # --- Notifications (queues/notifications/) ------------------------------------------------------
 
 
@@ -1570,6 +1600,7 @@ class NotificationEvent(models.TextChoices):
     QUOTA_REQUEST_DECIDED = "quota_request_decided", "My quota request was decided"
     # Admins and finance only:
     QUEUE_PAST_TARGET = "queue_past_target", "A queue is past its wait target for an hour"
+    BUDGET_EXCEEDED = "budget_exceeded", "A team or cost center is past its month's budget"
 
 
 class NotificationChannel(models.TextChoices):
@@ -1613,6 +1644,23 @@ class NotificationWebhook(models.Model):
         return f"{self.user_id} → {self.url or '(none)'}"
 
 
+class TeamWebhook(models.Model):
+    """A team's webhook (set by admins): its jobs' events of the kinds in ``events`` POSTed to
+    one URL — the team's channel — signed with the team's own secret. The secret is shown on the
+    admin page only, never through the API."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="notification_webhook")
+    url = models.URLField(max_length=500, blank=True)
+    secret = models.CharField(max_length=64)
+    events = models.JSONField(default=list, blank=True, help_text='e.g. ["job_failed"]')
+    since = models.DateTimeField(
+        null=True, blank=True, help_text="URL or events last changed: earlier events are not sent."
+    )
+
+    def __str__(self) -> str:
+        return f"team {self.team_id} → {self.url or '(none)'}"
+
+
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending"
     SENDING = "sending"
@@ -1626,8 +1674,20 @@ class NotificationDelivery(models.Model):
     workers) adds no row, and a row is sent only by whoever claimed it (``claimed_by``)."""
 
     key = models.CharField(max_length=200, help_text="The event: job:42:failed:1234, …")
+    # For a person, or for a team's webhook: one of the two.
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_deliveries"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="notification_deliveries",
+        null=True,
+        blank=True,
+    )
+    team = models.ForeignKey(
+        Team,
+        on_delete=models.CASCADE,
+        related_name="notification_deliveries",
+        null=True,
+        blank=True,
     )
     channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
     event = models.CharField(max_length=32, choices=NotificationEvent.choices)
@@ -1654,14 +1714,51 @@ class NotificationDelivery(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["key", "user", "channel"], name="notification_delivery_once"
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["key", "team", "channel"],
+                condition=Q(team__isnull=False),
+                name="notification_delivery_team_once",
+            ),
+            models.CheckConstraint(
+                condition=Q(user__isnull=False, team__isnull=True)
+                | Q(user__isnull=True, team__isnull=False),
+                name="notification_delivery_user_or_team",
+            ),
         ]
         indexes = [
             models.Index(fields=["user", "channel", "status"], name="notification_due"),
+            models.Index(fields=["team", "channel", "status"], name="notification_team_due"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.key} → {self.user_id} by {self.channel}: {self.status}"
+        to = f"team {self.team_id}" if self.team_id else self.user_id
+        return f"{self.key} → {to} by {self.channel}: {self.status}"
+
+
+class BudgetOverrun(models.Model):
+    """A budget whose month's spend reached its amount: recorded once per budget and month by
+    chargeback (``chargeback.budgets.budget_overruns_record``, the unique key), with the numbers
+    as they were then; notifications read it as an outbox (admins and finance hear of it)."""
+
+    scope = models.CharField(max_length=16, choices=BudgetScope.choices)
+    name = models.CharField(max_length=64)
+    month = models.DateField(help_text="The month's first day.")
+    amount = models.DecimalField(max_digits=18, decimal_places=2)
+    spent = models.DecimalField(max_digits=18, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    at = models.DateTimeField(help_text="When the spend was seen past the budget.")
+
+    class Meta:
+        ordering = ["-at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "name", "month"], name="budget_overrun_once_a_month"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.name} {self.month:%Y-%m}: {self.spent} of {self.amount}"
 
 
 class NotificationEstimate(models.Model):

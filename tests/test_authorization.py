@@ -98,6 +98,20 @@ PAGES = [
         (R, 403, 403, 403, R),
     ),
     Call("manage/audit/", "GET", "/manage/audit/", (R, 403, 403, 200, 200)),
+    # A team's webhook is set by admins only.
+    Call("manage/team-webhooks/", "GET", "/manage/team-webhooks/", (R, 403, 403, 403, 200)),
+    Call(
+        "manage/team-webhooks/<str:team>/",
+        "GET",
+        "/manage/team-webhooks/vision/",
+        (R, 403, 403, 403, 200),
+    ),
+    Call(
+        "manage/team-webhooks/<str:team>/secret",
+        "POST",
+        "/manage/team-webhooks/vision/secret",
+        (R, 403, 403, 403, R),
+    ),
     Call("manage/policy/", "GET", "/manage/policy/", (R, 403, 403, 403, 200)),
     Call("manage/policy/export", "GET", "/manage/policy/export", (R, 403, 403, 403, 200)),
     Call("manage/policy/roles/", "GET", "/manage/policy/roles/", (R, 403, 403, 403, 200)),
@@ -268,6 +282,25 @@ API = [
         "/api/notifications/",
         (401, 200, 200, 200, 200),
         body={"preferences": [{"event": "job_started", "channel": "email", "enabled": True}]},
+    ),
+    Call(
+        "api/teams/<str:team>/webhook/",
+        "GET",
+        "/api/teams/vision/webhook/",
+        (401, 403, 403, 403, 200),
+    ),
+    Call(
+        "api/teams/<str:team>/webhook/",
+        "PUT",
+        "/api/teams/vision/webhook/",
+        (401, 403, 403, 403, 200),
+        body={"events": ["job_failed"]},
+    ),
+    Call(
+        "api/teams/<str:team>/webhook/secret/",
+        "POST",
+        "/api/teams/vision/webhook/secret/",
+        (401, 403, 403, 403, 200),
     ),
     Call("api/quotas/", "GET", "/api/quotas/", (401, 403, 403, 403, 200)),
     Call(

@@ -1,10 +1,13 @@
-"""REST endpoint of a person's notification settings: ``/api/notifications/``."""
+"""REST endpoints of notifications: a person's settings (``/api/notifications/``) and, for
+admins, a team's webhook (``/api/teams/<team>/webhook/``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -13,8 +16,21 @@ from rest_framework.views import APIView
 from portal.http import signed_in
 from portal.parsers import PortalJSONParser
 from portal.schema import ErrorDetailSerializer
-from queues.notifications.preferences import preferences_of, preferences_set, webhook_of
-from queues.notifications.serializers import NotificationSettingsSerializer
+from queues.models import Team, TeamWebhook
+from queues.notifications.preferences import (
+    preferences_of,
+    preferences_set,
+    secret_fingerprint,
+    team_webhook_of,
+    team_webhook_secret_rotate,
+    team_webhook_set,
+    webhook_of,
+)
+from queues.notifications.serializers import (
+    NotificationSettingsSerializer,
+    TeamWebhookSerializer,
+)
+from queues.operations.apis import IsStaff
 
 
 def _settings_of(user: User) -> dict[str, Any]:
@@ -64,3 +80,76 @@ class NotificationSettingsView(APIView):
             webhook_url=body.validated_data.get("webhook_url"),
         )
         return Response(NotificationSettingsSerializer(_settings_of(user)).data)
+
+
+def _team_hook(hook: TeamWebhook) -> dict[str, Any]:
+    return {
+        "team": hook.team.name,
+        "url": hook.url,
+        "events": hook.events,
+        "secret_fingerprint": secret_fingerprint(hook.secret),
+    }
+
+
+class TeamWebhookView(APIView):
+    """A team's webhook: the events of its jobs it receives, and where (admins only)."""
+
+    permission_classes = [IsStaff]
+    parser_classes = [PortalJSONParser]
+
+    @extend_schema(
+        tags=["notifications"],
+        summary="A team's webhook (admins)",
+        responses={
+            200: TeamWebhookSerializer,
+            403: ErrorDetailSerializer,
+            404: ErrorDetailSerializer,
+        },
+    )
+    def get(self, request: Request, team: str) -> Response:
+        found = get_object_or_404(Team.objects.active(), name=team)
+        return Response(TeamWebhookSerializer(_team_hook(team_webhook_of(found))).data)
+
+    @extend_schema(
+        tags=["notifications"],
+        summary="Change a team's webhook: its URL and events (admins)",
+        request=TeamWebhookSerializer,
+        responses={
+            200: TeamWebhookSerializer,
+            400: OpenApiResponse(ErrorDetailSerializer, description="Field → list of messages."),
+            403: ErrorDetailSerializer,
+            404: ErrorDetailSerializer,
+        },
+    )
+    def put(self, request: Request, team: str) -> Response:
+        found = get_object_or_404(Team.objects.active(), name=team)
+        body = TeamWebhookSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        hook = team_webhook_set(
+            team=found,
+            url=body.validated_data.get("url"),
+            events=body.validated_data.get("events"),
+            now=timezone.now(),
+        )
+        return Response(TeamWebhookSerializer(_team_hook(hook)).data)
+
+
+class TeamWebhookSecretView(APIView):
+    """A new signing secret for a team's webhook (admins); the answer has its fingerprint."""
+
+    permission_classes = [IsStaff]
+
+    @extend_schema(
+        tags=["notifications"],
+        summary="Replace a team webhook's signing secret (admins)",
+        request=None,
+        responses={
+            200: TeamWebhookSerializer,
+            403: ErrorDetailSerializer,
+            404: ErrorDetailSerializer,
+        },
+    )
+    def post(self, request: Request, team: str) -> Response:
+        found = get_object_or_404(Team.objects.active(), name=team)
+        team_webhook_secret_rotate(team=found)
+        return Response(TeamWebhookSerializer(_team_hook(team_webhook_of(found))).data)

@@ -1,6 +1,7 @@
 """Sending: each due delivery goes out once, by e-mail or webhook, several at once as one digest.
 
-A sender claims a person's due deliveries on one channel with one conditional UPDATE (its own
+A recipient is a person on a channel, or a team's webhook (the team's channel). A sender claims a
+recipient's due deliveries with one conditional UPDATE (its own
 token in ``claimed_by``), so two workers, or a task and its retry, never hold the same row; it
 sends them as one message (one delivery: that event; several: a digest listing them, so fifty
 jobs failing in a minute is one message), then marks exactly the rows it claimed. A worker that
@@ -18,6 +19,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -32,6 +34,7 @@ from queues.models import (
     NotificationChannel,
     NotificationDelivery,
     NotificationWebhook,
+    TeamWebhook,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,13 +75,22 @@ def backoff(attempts: int) -> timedelta:
 
 def due_recipients(*, now: datetime) -> set[tuple[int, str]]:
     """(user id, channel) of everybody with a delivery due."""
-    return set(due(now=now).values_list("user_id", "channel"))
+    return set(due(now=now).filter(user__isnull=False).values_list("user_id", "channel"))
 
 
-def deliveries_claim(*, user_id: int, channel: str, now: datetime) -> tuple[str, list]:
-    """Claim ``user_id``'s due deliveries on ``channel``: a token and the rows it holds."""
+def due_teams(*, now: datetime) -> set[int]:
+    """Ids of the teams whose webhook has a delivery due."""
+    return set(due(now=now).filter(team__isnull=False).values_list("team_id", flat=True))
+
+
+def deliveries_claim(
+    *, user_id: int | None = None, team_id: int | None = None, channel: str, now: datetime
+) -> tuple[str, list]:
+    """Claim the due deliveries of ``user_id`` (or of ``team_id``'s webhook) on ``channel``: a
+    token and the rows it holds."""
     token = uuid.uuid4().hex
-    ids = list(due(now=now).filter(user_id=user_id, channel=channel).values_list("pk", flat=True))
+    mine = Q(user_id=user_id) if team_id is None else Q(team_id=team_id)
+    ids = list(due(now=now).filter(mine, channel=channel).values_list("pk", flat=True))
     if not ids:
         return token, []
     due(now=now).filter(pk__in=ids).update(
@@ -136,6 +148,18 @@ def send_webhook(user: User, message: Message) -> None:
     hook = NotificationWebhook.objects.filter(user=user).exclude(url="").first()
     if hook is None:
         raise DeliveryFailed("no webhook URL any more")
+    post_webhook(hook.url, hook.secret, message)
+
+
+def send_team_webhook(team_id: int, message: Message) -> None:
+    hook = TeamWebhook.objects.filter(team_id=team_id).exclude(url="").first()
+    if hook is None:
+        raise DeliveryFailed("the team has no webhook URL any more")
+    post_webhook(hook.url, hook.secret, message)
+
+
+def post_webhook(url: str, secret: str, message: Message) -> None:
+    """POST ``message`` as JSON to ``url``, signed with ``secret``; 2xx or ``DeliveryFailed``."""
     event = message.events[0]["event"] if len(message.events) == 1 else "digest"
     body = json.dumps(
         {"text": message.text, "subject": message.subject, "event": event,
@@ -144,7 +168,7 @@ def send_webhook(user: User, message: Message) -> None:
     ).encode()  # fmt: skip
     timestamp = str(int(time.time()))
     response = requests.post(
-        hook.url,
+        url,
         data=body,
         timeout=WEBHOOK_TIMEOUT,
         allow_redirects=False,
@@ -154,7 +178,7 @@ def send_webhook(user: User, message: Message) -> None:
             "X-GPUPortal-Event": event,
             "X-GPUPortal-Delivery": message.id,
             "X-GPUPortal-Timestamp": timestamp,
-            SIGNATURE_HEADER: webhook_signature(hook.secret, timestamp, body),
+            SIGNATURE_HEADER: webhook_signature(secret, timestamp, body),
         },
     )
     if not 200 <= response.status_code < 300:
@@ -169,14 +193,45 @@ def deliveries_send(*, user_id: int, channel: str, now: datetime) -> int:
     if not rows:
         return 0
     user = User.objects.get(pk=user_id)
-    message = message_of(rows)
-    try:
+
+    def send(message: Message) -> None:
         if channel == NotificationChannel.EMAIL:
             if not user.email:
                 raise DeliveryFailed("no e-mail address")
             send_email(user, message)
         else:
             send_webhook(user, message)
+
+    return _send(token, rows, send, to=f"user {user_id} by {channel}", now=now)
+
+
+def deliveries_send_team(*, team_id: int, now: datetime) -> int:
+    """Send the due deliveries of ``team_id``'s webhook as one message (as ``deliveries_send``)."""
+    token, rows = deliveries_claim(team_id=team_id, channel=NotificationChannel.WEBHOOK, now=now)
+    if not rows:
+        return 0
+    return _send(
+        token,
+        rows,
+        lambda message: send_team_webhook(team_id, message),
+        to=f"team {team_id} by webhook",
+        now=now,
+    )
+
+
+def _send(
+    token: str,
+    rows: list[NotificationDelivery],
+    send: Callable[[Message], None],
+    *,
+    to: str,
+    now: datetime,
+) -> int:
+    """Send the claimed ``rows`` as one message with ``send``; mark exactly them sent, or due
+    again after their back-off (failed for good after ``MAX_ATTEMPTS``)."""
+    message = message_of(rows)
+    try:
+        send(message)
     except (OSError, requests.RequestException, DeliveryFailed) as exc:
         error = str(exc)[:500] or exc.__class__.__name__
         mine = NotificationDelivery.objects.filter(claimed_by=token, status=DeliveryStatus.SENDING)
@@ -188,12 +243,10 @@ def deliveries_send(*, user_id: int, channel: str, now: datetime) -> int:
             last_error=error,
             next_attempt_at=now + backoff(max(r.attempts for r in rows)),
         )
-        logger.warning(
-            "notification %s to user %s by %s failed: %s", message.id, user_id, channel, error
-        )
+        logger.warning("notification %s to %s failed: %s", message.id, to, error)
         raise DeliveryFailed(error) from exc
     sent = NotificationDelivery.objects.filter(
         claimed_by=token, status=DeliveryStatus.SENDING
     ).update(status=DeliveryStatus.SENT, sent_at=now, message_id=message.id)
-    logger.info("notification %s to user %s by %s: %s event(s)", message.id, user_id, channel, sent)
+    logger.info("notification %s to %s: %s event(s)", message.id, to, sent)
     return sent

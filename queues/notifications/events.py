@@ -7,30 +7,41 @@ quota requests decided lately; for each event it adds one ``NotificationDelivery
 channel that wants it. The rows' unique key makes collecting twice harmless (a retried task, two
 workers, the overlap below), so the collector may re-read rather than risk missing an event.
 
-Who hears of a job: its owner, only. Nobody else (a teammate, a person outside the team) is ever
-a recipient of a job's events. Events about a queue go to admins and finance only.
+Who hears of a job: its owner, and the job's team's webhook (the team's channel, set by admins)
+for the events it receives. No other person (a teammate, a person outside the team) is ever a
+recipient of a job's events, and no other team's webhook. Events about a queue or a budget go to
+admins and finance only.
+
+Budgets are chargeback's: it records a budget's month whose spend reached the amount
+(``BudgetOverrun``, once per budget and month); the collector reads those rows as it reads the
+timeline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import Max, OuterRef, Q, Subquery
+from django.db.models import F, Max, Min, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
 from portal.formatting import format_datetime
 from portal.roles import FINANCE_GROUP
 from queues.jobs.selectors import job_drain_notice
 from queues.models import (
     GPU_HOLDING_STATES,
+    BudgetOverrun,
+    BudgetScope,
     EventKind,
     Job,
     JobEvent,
     JobState,
     Node,
+    NotificationChannel,
     NotificationCursor,
     NotificationDelivery,
     NotificationEstimate,
@@ -39,7 +50,7 @@ from queues.models import (
     QuotaRequest,
     QuotaRequestStatus,
 )
-from queues.notifications.preferences import recipients
+from queues.notifications.preferences import recipients, team_hooks_wanting
 
 CURSOR = "job-events"
 # Timeline rows are numbered when inserted but seen when committed: one inserted earlier may
@@ -69,6 +80,9 @@ class Notice:
     subject: str
     text: str
     details: dict[str, Any] = field(default_factory=dict)
+    team_id: int | None = None  # a job's team, whose webhook may hear of it
+    team_text: str = ""  # what the team's channel is told (it names the job's owner)
+    at: datetime | None = None  # when it happened (a team hook hears only of what came after it)
 
 
 def when(moment: datetime | None) -> str:
@@ -79,27 +93,31 @@ def job_link(job_id: int) -> str:
     return f"{settings.PORTAL_URL}/jobs/{job_id}/" if settings.PORTAL_URL else ""
 
 
-def _job_title(job: Job) -> str:
-    return f"Job {job.pk}" + (f" ({job.name})" if job.name else "")
+def _job_title(job: Job, *, owner: bool = False) -> str:
+    """ "Job 812 (resnet)"; with ``owner``, "Job 812 (resnet) of mia" (for the team's channel)."""
+    title = f"Job {job.pk}" + (f" ({job.name})" if job.name else "")
+    return f"{title} of {job.owner.get_username()}" if owner else title
 
 
 def job_notice(event: JobEvent, job: Job) -> Notice:
-    """What a timeline entry tells the job's owner."""
+    """What a timeline entry tells the job's owner (and the team's channel)."""
     kind = KINDS[EventKind(event.kind)]
-    title = _job_title(job)
     where = f"queue {job.queue.name}, team {job.team.name}"
-    if kind == NotificationEvent.JOB_STARTED:
-        subject = f"{title} started"
-        text = f"{title} started in {where}: {event.message}."
-    elif kind == NotificationEvent.JOB_FINISHED:
-        subject = f"{title} finished"
-        text = f"{title} in {where} succeeded: {event.message}."
-    elif kind == NotificationEvent.JOB_FAILED:
-        subject = f"{title} failed"
-        text = f"{title} in {where} failed: {event.message}."
-    else:
-        subject = f"{title} was preempted"
-        text = f"{title} in {where} was stopped and goes back to the queue: {event.message}."
+
+    def words(title: str) -> tuple[str, str]:
+        if kind == NotificationEvent.JOB_STARTED:
+            return f"{title} started", f"{title} started in {where}: {event.message}."
+        if kind == NotificationEvent.JOB_FINISHED:
+            return f"{title} finished", f"{title} in {where} succeeded: {event.message}."
+        if kind == NotificationEvent.JOB_FAILED:
+            return f"{title} failed", f"{title} in {where} failed: {event.message}."
+        return (
+            f"{title} was preempted",
+            f"{title} in {where} was stopped and goes back to the queue: {event.message}.",
+        )
+
+    subject, text = words(_job_title(job))
+    _, team_text = words(_job_title(job, owner=True))
     link = job_link(job.pk)
     return Notice(
         key=f"job:{job.pk}:{event.kind}:{event.pk}",
@@ -110,6 +128,7 @@ def job_notice(event: JobEvent, job: Job) -> Notice:
         details={
             "job": job.pk,
             "job_name": job.name,
+            "owner": job.owner.get_username(),
             "team": job.team.name,
             "queue": job.queue.name,
             "state": event.kind,
@@ -117,6 +136,9 @@ def job_notice(event: JobEvent, job: Job) -> Notice:
             "message": event.message,
             "url": link,
         },
+        team_id=job.team_id,
+        team_text=f"{team_text} {link}".strip(),
+        at=event.at,
     )
 
 
@@ -152,19 +174,20 @@ def drain_notices() -> list[Notice]:
         notice = job_drain_notice(job)
         if notice is None or not notice.stopped or notice.deadline is None:
             continue
-        title = _job_title(job)
         lost = ""
         if job.checkpoint_interval:
             lost = (
                 f" Work since its last checkpoint is lost then (it checkpoints every "
                 f"{int(job.checkpoint_interval.total_seconds() // 60)} min)."
             )
+        title = _job_title(job)
         text = (
             f"{title} runs on {', '.join(notice.nodes)}, which will be drained"
             + (f" ({notice.reason})" if notice.reason else "")
             + f": it will be stopped at {when(notice.deadline)}, before its runtime limit ends "
             f"at {when(notice.limit_ends)}.{lost} Save a checkpoint before then."
         )
+        team_text = _job_title(job, owner=True) + text[len(title) :]
         link = job_link(job.pk)
         notices.append(
             Notice(
@@ -180,6 +203,8 @@ def drain_notices() -> list[Notice]:
                     "reason": notice.reason,
                     "url": link,
                 },
+                team_id=job.team_id,
+                team_text=f"{team_text} {link}".strip(),
             )
         )
     return notices
@@ -224,6 +249,7 @@ def start_later_notices(*, now: datetime) -> list[Notice]:
             + (f": {reason}" if reason else "")
             + "."
         )
+        team_text = _job_title(job, owner=True) + text[len(title) :]
         notices.append(
             Notice(
                 key=f"job:{job.pk}:later:{format_datetime(after)}",
@@ -237,6 +263,8 @@ def start_later_notices(*, now: datetime) -> list[Notice]:
                     "was": format_datetime(before),
                     "url": link,
                 },
+                team_id=job.team_id,
+                team_text=f"{team_text} {link}".strip(),
             )
         )
         NotificationEstimate.objects.filter(job=job).update(estimated_start=after)
@@ -251,25 +279,45 @@ def minutes_text(span: timedelta) -> str:
     return f"{hours} h" if hours else f"{rest} min"
 
 
-def queue_notices(*, now: datetime) -> list[Notice]:
-    """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
-    queue has been past its target for at least that hour. To admins and finance, once per queue
-    and day."""
-    staff = list(
+def staff_users() -> list[User]:
+    """Admins and finance: who hears of queues and budgets."""
+    return list(
         User.objects.filter(is_active=True)
         .filter(Q(is_staff=True) | Q(groups__name=FINANCE_GROUP))
         .distinct()
     )
+
+
+def waiting_since() -> dict[int, datetime]:
+    """Per queue with waiting jobs, since when its longest-waiting job waits: since it was
+    submitted, or since it was last requeued (a preempted job that ran for hours has not waited
+    all that time)."""
+    requeued = (
+        JobEvent.objects.filter(job=OuterRef("pk"), kind=EventKind.REQUEUED)
+        .order_by("-at")
+        .values("at")[:1]
+    )
+    rows = (
+        Job.objects.filter(state=JobState.PENDING)
+        .annotate(since=Coalesce(Subquery(requeued), F("submitted_at")))
+        .values("queue_id")
+        .annotate(oldest=Min("since"))
+        .values_list("queue_id", "oldest")
+    )
+    return dict(rows)
+
+
+def queue_notices(*, now: datetime) -> list[Notice]:
+    """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
+    queue has been past its target for at least that hour. To admins and finance, once per queue
+    and day."""
+    staff = staff_users()
     if not staff:
         return []
     notices = []
-    oldest = (
-        Job.objects.filter(state=JobState.PENDING, queue=OuterRef("pk"))
-        .order_by("submitted_at")
-        .values("submitted_at")[:1]
-    )
-    for queue in Queue.objects.annotate(oldest=Subquery(oldest)).filter(oldest__isnull=False):
-        waited = now - queue.oldest
+    since = waiting_since()
+    for queue in Queue.objects.filter(pk__in=list(since)).order_by("name"):
+        waited = now - since[queue.pk]
         if waited < queue.expected_wait_target + PAST_TARGET_FOR:
             continue
         waiting = Job.objects.filter(state=JobState.PENDING, queue=queue).count()
@@ -291,6 +339,43 @@ def queue_notices(*, now: datetime) -> list[Notice]:
                     "wait_target_seconds": int(queue.expected_wait_target.total_seconds()),
                     "longest_wait_seconds": int(waited.total_seconds()),
                     "pending": waiting,
+                    "url": link,
+                },
+            )
+        )
+    return notices
+
+
+def budget_notices(*, now: datetime) -> list[Notice]:
+    """Budgets whose month's spend reached the amount (``BudgetOverrun``, recorded once per
+    budget and month by chargeback), seen lately: to admins and finance, with the numbers."""
+    overruns = list(BudgetOverrun.objects.filter(at__gte=now - DECISIONS_WINDOW).order_by("at"))
+    staff = staff_users() if overruns else []
+    notices = []
+    for o in overruns if staff else []:
+        label = "Team" if o.scope == BudgetScope.TEAM else "Cost center"
+        percent = (o.spent * 100 / o.amount).quantize(Decimal("0.1"))
+        month = f"{o.month:%Y-%m}"
+        text = (
+            f"{label} {o.name} is past its budget for {month}: {o.spent} {o.currency} spent of "
+            f"{o.amount} {o.currency} ({percent} %), seen {when(o.at)}."
+        )
+        link = f"{settings.PORTAL_URL}/chargeback/?month={month}" if settings.PORTAL_URL else ""
+        notices.append(
+            Notice(
+                key=f"budget:{o.scope}:{o.name}:{month}",
+                event=NotificationEvent.BUDGET_EXCEEDED.value,
+                users=staff,
+                subject=f"{label} {o.name} is past its budget for {month}",
+                text=f"{text} {link}".strip(),
+                details={
+                    "scope": o.scope,
+                    "name": o.name,
+                    "period": month,
+                    "spent": str(o.spent),
+                    "budget": str(o.amount),
+                    "currency": o.currency,
+                    "percent": str(percent),
                     "url": link,
                 },
             )
@@ -328,6 +413,17 @@ def decision_notices(*, now: datetime) -> list[Notice]:
     return notices
 
 
+def _team_wants(hooks: dict[int, tuple[set[str], datetime | None]], notice: Notice) -> bool:
+    """Whether the notice's team webhook receives it: its event is chosen, and it happened
+    after the hook's URL or events last changed (what is current, drains ahead and later starts,
+    has no ``at``)."""
+    assert notice.team_id is not None
+    events, since = hooks.get(notice.team_id, (set(), None))
+    if notice.event not in events:
+        return False
+    return since is None or notice.at is None or notice.at > since
+
+
 def notifications_collect(*, now: datetime) -> int:
     """Find what happened since the last collection and add a delivery for each person and
     channel that wants it; returns how many deliveries were new."""
@@ -341,7 +437,7 @@ def notifications_collect(*, now: datetime) -> int:
     else:
         notices, last = timeline_notices(after=cursor.position, start=cursor.start)
     notices += drain_notices() + start_later_notices(now=now)
-    notices += decision_notices(now=now) + queue_notices(now=now)
+    notices += decision_notices(now=now) + queue_notices(now=now) + budget_notices(now=now)
     known = set(
         NotificationDelivery.objects.filter(key__in=[n.key for n in notices]).values_list(
             "key", flat=True
@@ -362,6 +458,22 @@ def notifications_collect(*, now: datetime) -> int:
         )
         for notice, found in zip(fresh, reach, strict=True)
         for user, channel in found
+    ]
+    # The team's channel: a job's events that its team's webhook receives.
+    hooks = team_hooks_wanting({n.team_id for n in fresh if n.team_id is not None})
+    rows += [
+        NotificationDelivery(
+            key=notice.key,
+            team_id=notice.team_id,
+            channel=NotificationChannel.WEBHOOK,
+            event=notice.event,
+            subject=notice.subject[:300],
+            text=notice.team_text or notice.text,
+            details=notice.details,
+            created_at=now,
+        )
+        for notice in fresh
+        if notice.team_id is not None and _team_wants(hooks, notice)
     ]
     made = NotificationDelivery.objects.bulk_create(rows, ignore_conflicts=True)
     # Only forward: two collectors racing never move the cursor back.

@@ -7,7 +7,12 @@ from typing import Any
 from django import forms
 
 from queues.models import NotificationChannel, NotificationEvent
-from queues.notifications.preferences import STAFF_EVENTS, Choice, webhook_url_problem
+from queues.notifications.preferences import (
+    STAFF_EVENTS,
+    TEAM_EVENTS,
+    Choice,
+    webhook_url_problem,
+)
 
 WEBHOOK_HELP = (
     "Slack or Microsoft Teams incoming webhook, or your own receiver: a JSON POST with a "
@@ -66,3 +71,41 @@ class NotificationSettingsForm(forms.Form):
             }
             for event in self.events
         ]
+
+
+TEAM_WEBHOOK_HELP = (
+    "The team's channel (Slack or Microsoft Teams incoming webhook, or a receiver of its own): "
+    "the team's jobs' events, whoever owns them, signed with the team's secret. Empty: none."
+)
+
+
+TEAM_EVENT_LABELS = {
+    NotificationEvent.JOB_STARTED: "A job of the team started",
+    NotificationEvent.JOB_FINISHED: "A job of the team finished",
+    NotificationEvent.JOB_FAILED: "A job of the team failed",
+    NotificationEvent.JOB_PREEMPTED: "A job of the team was preempted or stopped by a drain",
+    NotificationEvent.JOB_DRAIN_AHEAD: "A job of the team will be stopped by a drain",
+    NotificationEvent.JOB_START_LATER: "A waiting job of the team's latest start moved later",
+}
+
+
+class TeamWebhookForm(forms.Form):
+    """A team's webhook: its URL and which of its jobs' events it receives."""
+
+    url = forms.CharField(
+        required=False, strip=True, label="Webhook URL", help_text=TEAM_WEBHOOK_HELP,
+        widget=forms.URLInput,
+    )  # fmt: skip
+    events = forms.MultipleChoiceField(
+        required=False,
+        label="Events",
+        choices=[(e.value, TEAM_EVENT_LABELS[e]) for e in TEAM_EVENTS],
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+    def clean_url(self) -> str:
+        url: str = self.cleaned_data["url"]
+        problem = webhook_url_problem(url)
+        if problem:
+            raise forms.ValidationError(problem)
+        return url

@@ -1,9 +1,12 @@
-"""Who wants which notification on which channel: each person's choices, and the defaults."""
+"""Who wants which notification on which channel: each person's choices, each team webhook's
+events, and the defaults."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
+from datetime import datetime
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -13,6 +16,8 @@ from queues.models import (
     NotificationEvent,
     NotificationPreference,
     NotificationWebhook,
+    Team,
+    TeamWebhook,
 )
 
 Choice = tuple[str, str]  # (event, channel)
@@ -42,10 +47,22 @@ ON_BY_DEFAULT = {
     NotificationEvent.JOB_DRAIN_AHEAD,
     NotificationEvent.QUOTA_REQUEST_DECIDED,
     NotificationEvent.QUEUE_PAST_TARGET,
+    NotificationEvent.BUDGET_EXCEEDED,
 }
 # Events about the cluster as a whole: for admins and finance only (the page shows them only
 # to them, and nobody else is ever a recipient).
-STAFF_EVENTS = {NotificationEvent.QUEUE_PAST_TARGET}
+STAFF_EVENTS = {NotificationEvent.QUEUE_PAST_TARGET, NotificationEvent.BUDGET_EXCEEDED}
+# What a team's webhook may receive: its jobs' events (whoever owns the job); without a choice,
+# failures and preemptions, as a person's defaults.
+TEAM_EVENTS = (
+    NotificationEvent.JOB_STARTED,
+    NotificationEvent.JOB_FINISHED,
+    NotificationEvent.JOB_FAILED,
+    NotificationEvent.JOB_PREEMPTED,
+    NotificationEvent.JOB_DRAIN_AHEAD,
+    NotificationEvent.JOB_START_LATER,
+)
+TEAM_DEFAULTS = [NotificationEvent.JOB_FAILED.value, NotificationEvent.JOB_PREEMPTED.value]
 DEFAULTS: dict[Choice, bool] = {
     (event.value, channel.value): event in ON_BY_DEFAULT
     for event in NotificationEvent
@@ -93,6 +110,67 @@ def webhook_secret_rotate(*, user: User) -> str:
     hook.secret = secrets.token_hex(32)
     hook.save(update_fields=["secret"])
     return hook.secret
+
+
+def team_webhook_of(team: Team) -> TeamWebhook:
+    """The team's webhook row (made, with a new signing secret and the default events, on first
+    use; without a URL it receives nothing)."""
+    hook, _ = TeamWebhook.objects.get_or_create(
+        team=team, defaults={"secret": secrets.token_hex(32), "events": list(TEAM_DEFAULTS)}
+    )
+    return hook
+
+
+def team_webhook_set(
+    *, team: Team, url: str | None, events: list[str] | None, now: datetime
+) -> TeamWebhook:
+    """Store ``team``'s webhook URL ("" removes it) and the events it receives, each unless
+    None; after a change at ``now`` nothing that happened before it is sent. The values are
+    already checked (form or serializer): ``url`` by ``webhook_url_problem``, ``events`` within
+    ``TEAM_EVENTS``."""
+    if events is not None and set(events) - {e.value for e in TEAM_EVENTS}:
+        raise ValueError(f"not a team event: {sorted(set(events) - set(TEAM_EVENTS))}")
+    with transaction.atomic():
+        hook = team_webhook_of(team)
+        fields = []
+        if url is not None and url != hook.url:
+            hook.url = url
+            fields.append("url")
+        if events is not None:
+            ordered = [e.value for e in TEAM_EVENTS if e.value in events]
+            if ordered != hook.events:
+                hook.events = ordered
+                fields.append("events")
+        if fields:
+            # What happened before the change is not news to the new URL or events (the
+            # collector re-reads some of the timeline it had read).
+            hook.since = now
+            hook.save(update_fields=[*fields, "since"])
+    return hook
+
+
+def team_webhook_secret_rotate(*, team: Team) -> None:
+    """A new signing secret for ``team``'s webhook (the old one stops verifying at once)."""
+    hook = team_webhook_of(team)
+    hook.secret = secrets.token_hex(32)
+    hook.save(update_fields=["secret"])
+
+
+def secret_fingerprint(secret: str) -> str:
+    """What the API says of a team webhook's secret instead of the secret: the first 12 hex
+    digits of its SHA-256, enough to tell which secret a receiver holds."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+def team_hooks_wanting(team_ids: set[int]) -> dict[int, tuple[set[str], datetime | None]]:
+    """For each of ``team_ids`` with a webhook URL: the events it receives, and since when
+    (events that happened before its URL or events last changed are not sent). One query."""
+    return {
+        team_id: (set(events), since)
+        for team_id, events, since in TeamWebhook.objects.filter(team_id__in=team_ids)
+        .exclude(url="")
+        .values_list("team_id", "events", "since")
+    }
 
 
 def recipients(asks: list[tuple[list[User], str]]) -> list[list[tuple[User, str]]]:

@@ -1,4 +1,4 @@
-"""API representations of a person's notification settings."""
+"""API representations of a person's notification settings and of a team's webhook."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from queues.models import NotificationChannel, NotificationEvent
 from queues.notifications.preferences import (
+    TEAM_EVENTS,
     WEBHOOK_URL_MAX,
     WEBHOOK_URL_PATTERN,
     webhook_url_problem,
@@ -64,6 +65,38 @@ class NotificationSettingsSerializer(serializers.Serializer):
     )
 
     def validate_webhook_url(self, value: str) -> str:
+        problem = webhook_url_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+
+class TeamWebhookSerializer(serializers.Serializer):
+    """A team's webhook (admins only): its URL and the events of the team's jobs it receives.
+    Its signing secret is never shown through the API: ``secret_fingerprint`` tells which one
+    is current; the admin page shows the secret itself."""
+
+    team = serializers.CharField(read_only=True)
+    url = WebhookUrlField(
+        allow_blank=True,
+        required=False,
+        trim_whitespace=False,
+        help_text="Where the team's notifications are POSTed; empty: none. Leave out to keep it.",
+    )
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=[(e.value, e.label) for e in TEAM_EVENTS]),
+        required=False,
+        allow_empty=True,
+        help_text="The team's jobs' events it receives (default job_failed, job_preempted). "
+        "Leave out to keep them.",
+    )
+    secret_fingerprint = serializers.CharField(
+        read_only=True,
+        help_text="The first 12 hex digits of SHA-256 of the signing secret (the secret is on "
+        "/manage/team-webhooks/<team>/ only). Signature as for a person's webhook.",
+    )
+
+    def validate_url(self, value: str) -> str:
         problem = webhook_url_problem(value)
         if problem:
             raise serializers.ValidationError(problem)

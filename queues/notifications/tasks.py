@@ -15,7 +15,9 @@ from queues.notifications.delivery import (
     MAX_ATTEMPTS,
     DeliveryFailed,
     deliveries_send,
+    deliveries_send_team,
     due_recipients,
+    due_teams,
 )
 from queues.notifications.events import notifications_collect
 
@@ -30,11 +32,17 @@ def collect() -> int:
     pairs = due_recipients(now=timezone.now())
     for user_id, channel in sorted(pairs):
         transaction.on_commit(partial(_send_later, user_id, channel))
+    for team_id in sorted(due_teams(now=timezone.now())):
+        transaction.on_commit(partial(_send_team_later, team_id))
     return made
 
 
 def _send_later(user_id: int, channel: str) -> None:
     send.apply_async((user_id, channel), countdown=settings.NOTIFICATION_BATCH_SECONDS)
+
+
+def _send_team_later(team_id: int) -> None:
+    send_team.apply_async((team_id,), countdown=settings.NOTIFICATION_BATCH_SECONDS)
 
 
 @shared_task(
@@ -51,3 +59,19 @@ def _send_later(user_id: int, channel: str) -> None:
 def send(self: Task, user_id: int, channel: str) -> int:
     """Send ``user_id``'s due deliveries on ``channel`` as one message."""
     return deliveries_send(user_id=user_id, channel=channel, now=timezone.now())
+
+
+@shared_task(
+    bind=True,
+    name="queues.notifications.send_team",
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(DeliveryFailed,),
+    retry_backoff=10,
+    retry_backoff_max=1800,
+    retry_jitter=True,
+    max_retries=MAX_ATTEMPTS,
+)
+def send_team(self: Task, team_id: int) -> int:
+    """Send the due deliveries of ``team_id``'s webhook as one message."""
+    return deliveries_send_team(team_id=team_id, now=timezone.now())

@@ -47,7 +47,7 @@ from queues.models import (
     Job,
     JobState,
 )
-from queues.reconcile.elastic import pools_apply, pools_sync
+from queues.reconcile.elastic import pools_apply, pools_sync, warm_holds_sync
 from queues.reconcile.history import history_record
 from queues.reconcile.jobs import jobs_sync, secret_values_mask
 from queues.reconcile.leases import lease_acquire, lease_release
@@ -179,6 +179,8 @@ def _cycle(
             snapshot = with_default_probes(snapshot)
             plan = engine.plan(snapshot)
             refresh.cost += time.monotonic() - planning
+    if snapshot.node_pools:
+        warm_holds_sync(snapshot, now=now)
     if snapshot.node_pools and plan.scale_up is not None:
         with report.step("node pools"):
             try:

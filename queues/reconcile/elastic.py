@@ -44,6 +44,7 @@ from queues.models import (
     NodeProvisioning,
     PoolNode,
     ProvisioningState,
+    WarmHold,
 )
 from queues.reconcile.view import ClusterView
 
@@ -150,6 +151,8 @@ def pools_sync(cluster: Cluster, view: ClusterView, *, now: datetime) -> None:
     """Read the provisioners' answers and keep the pool nodes' bookkeeping (module docstring)."""
     pools = {p.name: p for p in NodePool.objects.all()}
     if not any(p.active for p in pools.values()):
+        if pools:  # the policy took its pools away: no floor holds a node any more
+            WarmHold.objects.filter(ended_at__isnull=True).update(ended_at=now)
         return
     listing = cluster.list_provisioning_requests(settings.CLUSTER_PROVISIONING_NAMESPACE)
     answers = {raw["metadata"]["name"]: provisioning_status(raw) for raw in listing.items}
@@ -359,3 +362,47 @@ def _still_there(snapshot: engine.Snapshot, going: set[str]) -> engine.Snapshot:
     )
     nodes = tuple(n for n in snapshot.nodes if n.name not in going)
     return replace(snapshot, nodes=nodes, node_pools=pools)
+
+
+def warm_holds_sync(snapshot: engine.Snapshot, *, now: datetime) -> None:
+    """Record which nodes the warm floors hold empty now (the engine's ``warm_nodes``): close
+    the open holds of nodes no longer held (or held for another queue) and open the new ones,
+    all at ``now``, in one transaction. Chargeback's warm-idle split reads these rows."""
+    held = warm_nodes(snapshot) if snapshot.node_pools else {}
+    with transaction.atomic():
+        open_rows = {
+            name: (pk, queue)
+            for pk, name, queue in WarmHold.objects.filter(ended_at__isnull=True).values_list(
+                "pk", "node__name", "queue"
+            )
+        }
+        stale = [pk for name, (pk, queue) in open_rows.items() if held.get(name) != queue]
+        if stale:
+            WarmHold.objects.filter(pk__in=stale, ended_at__isnull=True).update(ended_at=now)
+        fresh = {
+            name: queue
+            for name, queue in held.items()
+            if open_rows.get(name, (None, None))[1] != queue
+        }
+        if not fresh:
+            return
+        classes = {
+            name: (pk, class_id)
+            for pk, name, class_id in Node.objects.filter(
+                name__in=list(fresh), gpu_class__isnull=False
+            ).values_list("pk", "name", "gpu_class_id")
+            if class_id is not None
+        }
+        WarmHold.objects.bulk_create(
+            [
+                WarmHold(
+                    node_id=classes[name][0],
+                    gpu_class_id=classes[name][1],
+                    queue=queue,
+                    started_at=now,
+                )
+                for name, queue in sorted(fresh.items())
+                if name in classes
+            ],
+            ignore_conflicts=True,
+        )

@@ -117,6 +117,6 @@ def test_a_member_and_an_admin_see_the_pools_and_a_job_waiting_for_a_node(
     burst = section.locator('tr[data-pool="h100-burst"]')
     expect(burst.locator('td[data-label="Nodes came"]')).to_have_text("1")
     expect(burst.locator('td[data-label="Lead time"]')).to_have_text("2m30s, 2m30s")
-    expect(burst.locator('td[data-label="Warm idle GPU-hours"]')).to_have_text("4.0")
+    expect(burst.locator('td[data-label="Ready, empty GPU-hours"]')).to_have_text("4.0")
     expect(burst.locator('td[data-label="Jobs that waited"]')).to_have_text("2")
     section.screenshot(path=str(SCREENSHOTS / f"elastic-ops-{width}.png"))

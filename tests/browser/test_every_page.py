@@ -50,6 +50,7 @@ NOT_PAGES = {
     "logout",
     "token-revoke",
     "notifications:webhook-secret",
+    "team-webhooks:secret",
     "jobs:cancel",
     "jobs:logs",
     "jobs:alternatives",
@@ -259,6 +260,8 @@ def pages(world: dict[str, object]) -> dict[str, list[str]]:
             "/manage/reservations/new",
             f"/manage/reservations/{world['reservation']}/",
             "/manage/requests/",
+            "/manage/team-webhooks/",
+            "/manage/team-webhooks/vision/",
             "/ops/",
         ],
     }

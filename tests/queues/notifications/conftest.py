@@ -1,5 +1,6 @@
 """Real servers for notifications to reach: an SMTP server (aiosmtpd) and an HTTP receiver, each
-on a free port of this machine, started and stopped by the fixtures."""
+on a free port of this machine, started and stopped by the fixtures; the reconcile against the
+simulated cluster, and the people who may hear (or must not hear) of a job."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from aiosmtpd.controller import Controller
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from queues.cluster.adapter import Cluster
+from queues.notifications.events import notifications_collect
+from queues.reconcile.cycle import reconcile_cycle
 
 
 def free_port() -> int:
@@ -116,3 +123,25 @@ def receiver() -> Iterator[Receiver]:
     yield got
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def cycle(sim_cluster, example_policy):
+    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
+
+    def run():
+        return reconcile_cycle(cluster=adapter, now=sim_cluster.now())
+
+    yield run
+    adapter.close()
+
+
+@pytest.fixture
+def people(mia, sara, outsider):
+    """Everybody with an address: mia (vision, nlp), victor (vision), sara (search), outsider."""
+    victor = get_user_model().objects.get(username="victor")
+    for user in (mia, victor, sara, outsider):
+        user.email = f"{user.username}@example.org"
+        user.save(update_fields=["email"])
+    notifications_collect(now=timezone.now())  # the collector starts from here
+    return {"mia": mia, "victor": victor, "sara": sara, "outsider": outsider}

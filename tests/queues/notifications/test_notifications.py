@@ -14,7 +14,6 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from queues.cluster.adapter import Cluster
@@ -48,7 +47,6 @@ from queues.operations.services import (
     quota_request_decline,
     quota_request_file,
 )
-from queues.reconcile.cycle import reconcile_cycle
 from queues.reconcile.jobs import job_transition
 from tests.factories import JobFactory
 from tests.queues.notifications.conftest import free_port
@@ -56,28 +54,6 @@ from tests.queues.notifications.conftest import free_port
 pytestmark = pytest.mark.django_db
 
 EVERYTHING = {choice: True for choice in DEFAULTS}
-
-
-@pytest.fixture
-def cycle(sim_cluster, example_policy):
-    adapter = Cluster.from_kubeconfig(str(sim_cluster.kubeconfig))
-
-    def run():
-        return reconcile_cycle(cluster=adapter, now=sim_cluster.now())
-
-    yield run
-    adapter.close()
-
-
-@pytest.fixture
-def people(mia, sara, outsider):
-    """Everybody with an address: mia (vision, nlp), victor (vision), sara (search), outsider."""
-    victor = get_user_model().objects.get(username="victor")
-    for user in (mia, victor, sara, outsider):
-        user.email = f"{user.username}@example.org"
-        user.save(update_fields=["email"])
-    notifications_collect(now=timezone.now())  # the collector starts from here
-    return {"mia": mia, "victor": victor, "sara": sara, "outsider": outsider}
 
 
 def submit(owner, *, seconds: int = 60, exit_code: int = 0, name: str = "") -> Job:
@@ -440,4 +416,29 @@ def test_a_drain_warns_ahead_then_says_what_was_lost_when_it_stops_the_job(
     assert stopped.get_content().strip() == (
         f"Job {job.pk} in queue batch, team vision was stopped and goes back to the queue: "
         f"{preempted.message}."
+    )
+
+
+def test_a_requeued_job_waits_since_it_was_requeued_not_since_it_was_submitted(
+    people, ada, smtp_server
+):
+    ada.email = "ada@example.org"
+    ada.save(update_fields=["email"])
+    batch = Queue.objects.get(name="batch")  # wait target 2h
+    team = Team.objects.get(name="vision")
+    # Submitted 5 h ago, ran 4 h 50 min, preempted: back in the queue 10 minutes ago.
+    preempted = JobFactory(owner=people["mia"], team=team, queue=batch, state="pending",
+                           submitted_at=timezone.now() - timedelta(hours=5), attempts=1)  # fmt: skip
+    JobEvent.objects.create(
+        job=preempted, at=timezone.now() - timedelta(minutes=10), kind=EventKind.REQUEUED,
+        message="pods gone; back in the queue (attempt 2)",
+    )  # fmt: skip
+    assert notify() == 0
+
+    JobFactory(owner=people["mia"], team=team, queue=batch, state="pending",
+               submitted_at=timezone.now() - timedelta(hours=3, minutes=10))  # fmt: skip
+    assert notify() == 1
+    assert smtp_server.messages[0].get_content().strip() == (
+        "Queue batch is past its wait target of 2 h: its longest-waiting job has waited "
+        "3 h 10 min, and 2 job(s) wait."
     )

@@ -34,6 +34,8 @@ def test_the_api_answers_every_event_and_channel_with_the_defaults(api_as, mia):
         # For admins and finance only (nobody else is ever sent one).
         ("queue_past_target", "email"): True,
         ("queue_past_target", "webhook"): True,
+        ("budget_exceeded", "email"): True,
+        ("budget_exceeded", "webhook"): True,
     }
     assert body["webhook_url"] == ""
     assert len(body["webhook_secret"]) == 64
