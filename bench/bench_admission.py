@@ -3,7 +3,8 @@
 500 nodes / 4,000 GPUs (H100, A100 with some MIG nodes, L4 with some time-sliced nodes, T4),
 2,000 running jobs, 50 teams, 12 queues, and 1k / 10k / 50k pending jobs. Times one full plan —
 admissions, preemptions, reasons and estimated starts for every pending job — best of a few runs,
-once without probes and once with the queues' default jobs as probes (one per queue for each of
+beside the same plan without estimates (``estimates=False``, the runs alternating), and once
+with the queues' default jobs as probes (one per queue for each of
 the first ``--probe-teams`` teams: 12 × 5 = 60 by default), and prints a markdown table
 (``--output FILE`` also writes it there).
 
@@ -282,17 +283,32 @@ def _probe_summary(snapshot: Snapshot, result: Plan) -> str:
     )
 
 
-def time_plan(snapshot: Snapshot, repeat: int) -> tuple[float, Plan]:
+def time_plan(snapshot: Snapshot, repeat: int, *, estimates: bool = True) -> tuple[float, Plan]:
     best = float("inf")
     result = None
     for _ in range(repeat):
         result = None
         gc.collect()  # every run starts from the same heap, whatever ran before
         start = time.perf_counter()
-        result = plan(snapshot)
+        result = plan(snapshot, estimates=estimates)
         best = min(best, time.perf_counter() - start)
     assert result is not None
     return best, result
+
+
+def time_both(snapshot: Snapshot, repeat: int) -> tuple[float, float, Plan]:
+    """The plan without and with estimates, alternating run by run (best of ``repeat`` each),
+    so that both see the same load on a shared machine."""
+    without = with_ = float("inf")
+    result = None
+    for _ in range(repeat):
+        seconds, _ = time_plan(snapshot, 1, estimates=False)
+        without = min(without, seconds)
+        result = None
+        seconds, result = time_plan(snapshot, 1)
+        with_ = min(with_, seconds)
+    assert result is not None
+    return without, with_, result
 
 
 def machine() -> str:
@@ -323,12 +339,14 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
+    cost_rows = []
     timings: dict[int, float] = {}
     probe_notes = []
     for size in sizes:
         snapshot = build_snapshot(size)
-        seconds, result = time_plan(snapshot, args.repeat)
+        without, seconds, result = time_both(snapshot, args.repeat)
         timings[size] = seconds
+        cost_rows.append(f"| {size:,} | {without:.3f} | {seconds:.3f} | {seconds / without:.2f} |")
         codes = Counter(s.reasons[0].code.value for s in result.pending)
         unknown = sum(1 for s in result.pending if s.estimated_start.at is None)
         counts = (len(result.admissions), len(result.preemptions), len(result.pending))
@@ -356,8 +374,20 @@ def main() -> None:
         f"Probes: each queue's default job for its first {args.probe_teams} teams.",
         *(f"- {note}" for note in probe_notes),
     ]
+    lines += [
+        "",
+        "What the estimates cost: the same plan without them (`estimates=False`), the runs of",
+        "the two alternating so that both see the same load (best of each):",
+        "",
+        "| pending | without estimates (s) | with estimates (s) | with / without |",
+        "| ---: | ---: | ---: | ---: |",
+        *cost_rows,
+    ]
     if 10_000 in timings and 50_000 in timings:
-        lines += ["", f"50k / 10k time ratio: {timings[50_000] / timings[10_000]:.1f}"]
+        lines += [
+            "",
+            f"50k / 10k time ratio (with estimates): {timings[50_000] / timings[10_000]:.1f}",
+        ]
     table = "\n".join(lines)
     print(table)
     if args.output:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from queues.admission.asks import Ask
@@ -71,14 +71,15 @@ def forecast(
     for pending in snapshot.pending:
         forecasts[pending.id] = pending.forecast or NO_HISTORY
     results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
+    mark = _Mark.of(state)
     for index, (name, pick) in enumerate(SCENARIOS):
-        last = index == len(SCENARIOS) - 1
-        copy = state if last else _copy_state(state)
+        if index:
+            mark.restore(state)
 
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
 
-        results[name] = _replay(copy, asks, probes, ratio, started, budget)
+        results[name] = _replay(state, asks, probes, ratio, started, budget)
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
     return (
@@ -90,21 +91,34 @@ def forecast(
     )
 
 
-def _copy_state(state: State) -> State:
-    """A fresh state with what ``state``'s pass did: its admissions held, its victims gone."""
-    copy = State(state.snapshot)
-    copy.ask_keys = state.ask_keys
-    for job_id in [j for j in copy.allocs if j not in state.allocs]:
-        copy.give_back(copy.allocs[job_id])
-    for job_id, alloc in state.allocs.items():
-        if job_id in copy.allocs:
-            continue
-        spots = [
-            replace(spot, pool=copy.pools[(spot.pool.gpu_class, spot.pool.mode, spot.pool.profile)])
-            for spot in alloc.spots
-        ]
-        copy.take(replace(alloc, spots=spots))
-    return copy
+@dataclass(slots=True)
+class _Mark:
+    """What the pass left on the state and a replay changes: the jobs holding GPUs, the
+    reservations' being open and the nodes' eligibility. Putting them back between replays
+    costs what the replay changed, not a state rebuilt from the snapshot."""
+
+    allocs: dict[JobId, Alloc]
+    active: dict[int, bool]
+    eligible: list[bool]
+    now: datetime
+
+    @classmethod
+    def of(cls, state: State) -> _Mark:
+        return cls(dict(state.allocs), dict(state.res_active), list(state.node_eligible), state.now)
+
+    def restore(self, state: State) -> None:
+        for alloc in [a for a in state.allocs.values() if self.allocs.get(a.job_id) is not a]:
+            state.give_back(alloc)
+        for alloc in self.allocs.values():
+            if not alloc.live:
+                state.take(alloc)
+        for rid, active in self.active.items():
+            if state.res_active.get(rid) != active:
+                state.set_reservation_active(rid, active)
+        for index, eligible in enumerate(self.eligible):
+            if state.node_eligible[index] != eligible:
+                state.set_node_eligible(index, eligible)
+        state.now = self.now
 
 
 def _combine(
