@@ -22,7 +22,7 @@ from queues.admission.snapshot import (
     JobId,
     PreemptionClass,
 )
-from queues.admission.state import Alloc, Pool, State, place
+from queues.admission.state import Alloc, Pool, Shape, State, place
 
 # ---------------------------------------------------------------------- conservative backfill
 
@@ -203,6 +203,16 @@ class _Profile:
         index = bisect.bisect_left(freed, short)
         return counts[index] if index < len(counts) else len(self.times) + 1
 
+    def most_on_a_node(self, pool: Pool) -> int:
+        """The most devices the portal may use on one eligible node of ``pool``."""
+        key = ("most", id(pool))
+        found = self.sums.get(key)
+        if found is None:
+            found = self.sums[key] = max(
+                (cap for cap, ok in zip(pool.cap, pool.eligible, strict=True) if ok), default=0
+            )
+        return found
+
     def ready_counts(self, pool: Pool, devices: int) -> list[tuple[int, int]]:
         """``ready_count`` of every eligible node of ``pool``, soonest first."""
         key = ("ready", id(pool), devices)
@@ -353,6 +363,8 @@ class _Search:
     start_times: list[datetime] = field(default_factory=list)
     free: list[int] | None = None  # the pool's free devices after ``count`` ends
     count: int = 0
+    unplaced: _Held | None = None  # the step of the last attempt that found no nodes
+    unplaced_count: int = 0  # and after how many ends
 
     def room(self, count: int, step: _Held) -> int:
         """The class's GPU-eq the job may use once ``count`` ends have happened, under ``step``."""
@@ -377,8 +389,7 @@ class _Search:
         pods over the most a node takes): no placement before."""
         shape = self.ask.shapes[self.gpu_class]
         pool, profile = self.pool, self.profile
-        most = max((c for c, ok in zip(pool.cap, pool.eligible, strict=True) if ok), default=0)
-        per_node = most // shape.devices
+        per_node = profile.most_on_a_node(pool) // shape.devices
         if per_node <= 0:
             return len(profile.times) + 1
         needed = -(-shape.pods // per_node)
@@ -391,11 +402,13 @@ class _Search:
             for local, devices in held.items()
             if pool.eligible[local]
         ]
+        others = 0  # the soonest ``needed`` of the nodes no reservation holds are enough
         for count, local in profile.ready_counts(pool, shape.devices):
-            if len(counts) >= needed and count >= max(counts):
+            if others == needed:
                 break
             if local not in held:
                 counts.append(count)
+                others += 1
         if len(counts) < needed:
             return len(profile.times) + 1
         return sorted(counts)[needed - 1]
@@ -406,7 +419,8 @@ class _Search:
         lo = bisect.bisect_left(self.freed, self.demand - self.usable + step.eq, lo, hi + 1)
         # no placement without as many devices free on the pool's eligible nodes, at most
         lo = bisect.bisect_left(self.pool_freed, self.pool_need, lo, hi + 1)
-        lo = min(max(lo, self.nodes_ready(step)), hi + 1)
+        if lo <= hi:  # only for a step with candidates left
+            lo = min(max(lo, self.nodes_ready(step)), hi + 1)
         quota = self.quota
         if quota is not None:
             need = self.total0 + step.quota + self.demand - quota.cap
@@ -460,6 +474,32 @@ class _Search:
             self.start_times = [a.time for a in found]
         return self.at_starts, self.start_times
 
+    def released_fit(
+        self, count: int, when: datetime, step: _Held, window: list[_AtStart], shape: Shape
+    ) -> bool:
+        """Whether a node that jobs left since the last failed placement (of this step) now has
+        room for a pod over the whole span. If none has, the placement fails again: within a
+        step the room of the other nodes has not grown (a longer span only shrinks it), and
+        whether pods fit only grows with the room of each node."""
+        pool, profile = self.pool, self.profile
+        released = {
+            spot.local
+            for alloc, _ in profile.ends[self.unplaced_count : count]
+            for spot in alloc.spots
+            if spot.pool is pool and pool.eligible[spot.local]
+        }
+        for local in released:
+            room = profile.node_free(pool, local, when)
+            for shadow in step.on_pool:
+                for node, devices in shadow.used:
+                    if node == local:
+                        room -= devices
+            for at in window:
+                room = min(room, at.free.get(local, room))
+            if room >= shape.devices:
+                return True
+        return False
+
     def attempt(self, when: datetime, step: _Held) -> bool:
         """Reserve the job from ``when`` if it fits there for its whole runtime."""
         self.run.walked += 1
@@ -480,6 +520,10 @@ class _Search:
                 more_nominal = max(a.held for a in window) - quota.held
                 if not quota.fits(max(more, 0), max(more_nominal, 0)):
                     return False
+        shape = ask.shapes[self.gpu_class]
+        if self.unplaced is step and not self.released_fit(count, when, step, window, shape):
+            self.unplaced_count = count
+            return False
         free = self.free_at(count)
         for shadow in step.on_pool:
             for local, devices in shadow.used:
@@ -491,9 +535,9 @@ class _Search:
                 for local, value in at.free.items():
                     if value < fitting[local]:
                         fitting[local] = value
-        shape = ask.shapes[self.gpu_class]
         placement = place(pool, shape, fitting)
         if placement is None:
+            self.unplaced, self.unplaced_count = step, count
             return False
         used = [(local, pods * shape.devices) for local, pods in placement]
         extra = list(free)

@@ -31,7 +31,7 @@ REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
 # Moments the shadow walks of a replay's pass visit (``backfill``) that cost as much as one job
 # check: a pass with many deep shadows over a big class spends the budget sooner.
-WALKED_PER_CHECK = 20
+WALKED_PER_CHECK = 1
 # A waiting job's estimate when the plan skipped the forecast (``plan(estimates=False)``).
 NOT_ESTIMATED = (
     "being computed: with this many jobs waiting, estimates are refreshed every few seconds to a"

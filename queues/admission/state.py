@@ -575,11 +575,10 @@ class State:
 
     def holder_reservations(self, team: str, queue: str, gpu_class: str) -> list[int]:
         """Reservations ``team`` may use for a job of ``queue`` on ``gpu_class`` (any window)."""
-        return [
-            rid
-            for rid in self.holders.get((team, gpu_class), ())
-            if self.reservations[rid].queue in (None, queue)
-        ]
+        holders = self.holders.get((team, gpu_class))
+        if not holders:  # most teams on most classes: asked for every job check
+            return []
+        return [rid for rid in holders if self.reservations[rid].queue in (None, queue)]
 
     def reservation_headroom(self, rid: int) -> int:
         if not self.res_active[rid]:
