@@ -272,8 +272,8 @@ _NO_ENDS = _TeamEnds([], [0], [0])
 
 
 def _profile(state: State, gpu_class: str) -> _Profile:
-    """The class's ``_Profile``, kept for as long as the state does not change."""
-    key = ("profile", gpu_class, state.changes)
+    """The class's ``_Profile``, kept for as long as the class does not change."""
+    key = ("profile", gpu_class, state.class_changes[gpu_class])
     cached = state.memo.get(key)
     if cached is None:
         allocs = sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
