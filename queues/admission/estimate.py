@@ -370,11 +370,17 @@ def _cost_order(state: State) -> list[str]:
 
 def _user_blocked(state: State, ask: Ask) -> bool:
     queue = ask.queue
-    key = (queue.name, ask.job.user)
     jobs_cap = queue.max_running_jobs_per_user
+    eq_cap = queue.max_gpu_eq_per_user
+    if jobs_cap is None and eq_cap is None:  # most queues: asked for every job check
+        return False
+    key = (queue.name, ask.job.user)
     if jobs_cap is not None and state.user_jobs.get(key, 0) >= jobs_cap:
         return True
-    eq_cap = queue.max_gpu_eq_per_user
-    return eq_cap is not None and state.user_eq.get(key, 0) + ask.min_demand > state.eq_units(
-        eq_cap
-    )
+    if eq_cap is None:
+        return False
+    limit = state.memo.get(("user eq cap", queue.name))
+    if limit is None:
+        limit = state.memo[("user eq cap", queue.name)] = state.eq_units(eq_cap)
+    assert isinstance(limit, int)
+    return state.user_eq.get(key, 0) + ask.min_demand > limit
