@@ -300,7 +300,8 @@ class _Held:
 
 def _held_over_time(shadows: list[Shadow], quotas: list[QuotaShadow], pool: Pool) -> list[_Held]:
     changes: dict[datetime, list[tuple[int, Shadow | QuotaShadow]]] = {}
-    for reserved in (*shadows, *quotas):
+    reservations: list[Shadow | QuotaShadow] = [*shadows, *quotas]
+    for reserved in reservations:
         changes.setdefault(reserved.time, []).append((1, reserved))
         changes.setdefault(reserved.end, []).append((-1, reserved))
     held = [_Held(None, 0, 0, 0, [])]
@@ -611,7 +612,7 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
     if quota is not None:
         search.total0, search.held0 = quota.total, quota.held
     times = profile.times
-    reserved_ends = {r.end for r in (*shadows, *quotas)}
+    reserved_ends = {r.end for r in shadows} | {q.end for q in quotas}
     steps = search.steps
     for index, step in enumerate(steps):
         until = steps[index + 1].time if index + 1 < len(steps) else None

@@ -263,4 +263,3 @@ def reserve_by_walk(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Opt
             )
         return True
     return False
-
