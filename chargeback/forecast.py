@@ -3,7 +3,7 @@
 - **billed so far**: the statement's lines as of the forecast's instant;
 - **running jobs**: each usage interval still open then, carried on to its job's *likely* end —
   the runtime prediction the start estimates use (``queues.reconcile.snapshot``'s runtime
-  history, ``queues.admission.engine.predicted_end``), or its runtime limit without history —
+  history, ``queues.admission.forecast.predicted_end``), or its runtime limit without history —
   and never past the month's end. A job told to stop by then (preempted, drained, cancelled,
   failed, succeeded) adds nothing more;
 - **new work**: the team's run rate (its mean daily cost over the ``RUN_RATE_DAYS`` days before
@@ -26,7 +26,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Min, Q
 
 from chargeback.statements import statement
-from queues.admission.engine import predicted_end
+from queues.admission.forecast import predicted_end
 from queues.models import EventKind, Job, JobEvent, RateCard, UsageInterval
 from queues.rates import rate_interval, round_money
 from queues.reconcile.snapshot import forecast_for, runtime_forecasts, runtime_history

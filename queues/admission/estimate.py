@@ -111,6 +111,7 @@ class _Simulation:
         self.ghost_dirty: set[str] = set()
         self.ghosts_left = 0
         self.events: list[tuple[datetime, int, int, object]] = []
+        self.freed: list[ParkKey] = []  # park lists to look at once this moment's events are in
         self.sequence = 0
         self.cost_order = {name: i for i, name in enumerate(_cost_order(state))}
         self.finish: Callable[[Alloc], datetime] = lambda alloc: alloc.end
@@ -190,21 +191,34 @@ class _Simulation:
         heapq.heappush(self.parked.setdefault(key, []), entry)
 
     def unpark(self, key: ParkKey, dirty: set[str]) -> None:
-        """The first real job parked under ``key`` returns to its class's heap; every ghost
-        parked there returns (ghosts hold nothing, so letting all of them look again costs a
-        check each and takes nothing from anyone)."""
+        """The first real job parked under ``key`` returns to its class's heap, unless what
+        parked it still holds it back (its scan would park it there again: from now until its
+        class is scanned, jobs only start, which frees nothing); every ghost parked there
+        returns (ghosts hold nothing, so letting all of them look again costs a check each and
+        takes nothing from anyone)."""
         for order, ghost, gpu_class in self.ghost_parked.pop(key, ()):
             if not self.ghost_done[ghost]:
                 heapq.heappush(self.ghost_heaps[gpu_class], (order, ghost))
                 self.ghost_dirty.add(gpu_class)
         waiting = self.parked.get(key)
         while waiting:
-            order, index, gpu_class = heapq.heappop(waiting)
+            order, index, gpu_class = waiting[0]
             if self.done[index]:
+                heapq.heappop(waiting)
                 continue
+            if self.still_parked(key, self.live[index], gpu_class):
+                return
+            heapq.heappop(waiting)
             heapq.heappush(self.heaps[gpu_class], (order, index))
             dirty.add(gpu_class)
             return
+
+    def still_parked(self, key: ParkKey, ask: Ask, gpu_class: str) -> bool:
+        """Whether the scan would park ``ask`` under ``key`` again now."""
+        blocked = _user_blocked(self.state, ask)
+        if key[0] == "u":
+            return blocked
+        return not blocked and not entitlement(self.state, ask, gpu_class)
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -215,6 +229,10 @@ class _Simulation:
             while self.events and self.events[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self.events)
                 self.apply_event(kind, payload, dirty)
+            # parked jobs look again once everything that happens now has happened
+            for key in self.freed:
+                self.unpark(key, dirty)
+            self.freed.clear()
             while dirty:
                 gpu_class = min(dirty, key=self.cost_rank)
                 dirty.discard(gpu_class)
@@ -244,15 +262,15 @@ class _Simulation:
                 return
             state.give_back(payload)
             dirty.add(payload.gpu_class)
-            self.unpark(("t", payload.team, payload.gpu_class), dirty)
-            self.unpark(("u", payload.queue, payload.user), dirty)
+            self.freed.append(("t", payload.team, payload.gpu_class))
+            self.freed.append(("u", payload.queue, payload.user))
         elif kind in (RESERVATION_ON, RESERVATION_OFF):
             assert isinstance(payload, int)
             reservation = state.reservations[payload]
             state.set_reservation_active(payload, kind == RESERVATION_ON)
             dirty.add(reservation.gpu_class)
             if kind == RESERVATION_ON:
-                self.unpark(("t", reservation.team, reservation.gpu_class), dirty)
+                self.freed.append(("t", reservation.team, reservation.gpu_class))
         elif kind == NODE_BACK:
             assert isinstance(payload, int)
             state.set_node_eligible(payload, True)
@@ -352,11 +370,17 @@ def _cost_order(state: State) -> list[str]:
 
 def _user_blocked(state: State, ask: Ask) -> bool:
     queue = ask.queue
-    key = (queue.name, ask.job.user)
     jobs_cap = queue.max_running_jobs_per_user
+    eq_cap = queue.max_gpu_eq_per_user
+    if jobs_cap is None and eq_cap is None:  # most queues: asked for every job check
+        return False
+    key = (queue.name, ask.job.user)
     if jobs_cap is not None and state.user_jobs.get(key, 0) >= jobs_cap:
         return True
-    eq_cap = queue.max_gpu_eq_per_user
-    return eq_cap is not None and state.user_eq.get(key, 0) + ask.min_demand > state.eq_units(
-        eq_cap
-    )
+    if eq_cap is None:
+        return False
+    limit = state.memo.get(("user eq cap", queue.name))
+    if limit is None:
+        limit = state.memo[("user eq cap", queue.name)] = state.eq_units(eq_cap)
+    assert isinstance(limit, int)
+    return state.user_eq.get(key, 0) + ask.min_demand > limit

@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from queues.admission.capability import resolve_capability
-from queues.admission.engine import WHAT_IF_REPLAY_BUDGET, plan
+from queues.admission.engine import plan
+from queues.admission.forecast import WHAT_IF_REPLAY_BUDGET
 from queues.admission.plan import PendingStatus
 from queues.admission.snapshot import JobId, SharingMode, Snapshot
 

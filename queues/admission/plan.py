@@ -88,7 +88,7 @@ class Preemption:
 @dataclass(frozen=True, slots=True)
 class EstimatedStart:
     """When a pending job should start if nothing new arrives ahead of it (see
-    ``engine.forecast``). ``at`` is the start at the latest: every job runs to its runtime
+    ``forecast.forecast``). ``at`` is the start at the latest: every job runs to its runtime
     limit. ``likely`` the start when jobs run their predicted runtimes, ``range_low``–
     ``range_high`` the interval when they run their 10th–90th percentile runtimes (it holds
     ``likely``; all three never after ``at``). ``at`` None means unknown, and ``why_unknown``

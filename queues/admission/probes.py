@@ -4,7 +4,7 @@ A queue's terms show its current expected wait for the queue's default job: 1 GP
 default runtime, cheapest allowed class (docs/concepts.md, "Queues"). The glue adds one probe
 per queue and team that may use it to ``Snapshot.probes``; ``plan`` answers in
 ``Plan.probe_estimates`` without letting the probes change anything for real jobs (see
-``engine`` and ``estimate``).
+``scheduler``, ``forecast`` and ``estimate``).
 """
 
 from __future__ import annotations

@@ -271,6 +271,8 @@ class State:
         # the planner's own shadows, which bump ``class_version``): a key for what depends on
         # those alone.
         self.changes = 0
+        # the same per class: what its jobs hold, its nodes' eligibility, its reservations
+        self.class_changes: dict[str, int] = {name: 0 for name in self.classes}
         self._build_nodes()
         self._build_quotas()
         self._build_reservations()
@@ -492,6 +494,7 @@ class State:
                 self.class_free[pool.gpu_class] += sign * spot.eq
         if alloc.gpu_class in self.class_version:
             self.class_version[alloc.gpu_class] += 1
+            self.class_changes[alloc.gpu_class] += 1
         self.changes += 1
         if not alloc.counts:
             return
@@ -516,6 +519,7 @@ class State:
         if cls in self.res_idle_total:
             self.res_idle_total[cls] += idle - self.res_idle[rid]
             self.class_version[cls] += 1
+            self.class_changes[cls] += 1
         self.res_idle[rid] = idle
         self.changes += 1
 
@@ -552,6 +556,7 @@ class State:
         if gpu in self.class_capacity:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
             self.class_version[gpu] += 1
+            self.class_changes[gpu] += 1
         self.changes += 1
 
     # ------------------------------------------------------------------ reading
@@ -575,11 +580,10 @@ class State:
 
     def holder_reservations(self, team: str, queue: str, gpu_class: str) -> list[int]:
         """Reservations ``team`` may use for a job of ``queue`` on ``gpu_class`` (any window)."""
-        return [
-            rid
-            for rid in self.holders.get((team, gpu_class), ())
-            if self.reservations[rid].queue in (None, queue)
-        ]
+        holders = self.holders.get((team, gpu_class))
+        if not holders:  # most teams on most classes: asked for every job check
+            return []
+        return [rid for rid in holders if self.reservations[rid].queue in (None, queue)]
 
     def reservation_headroom(self, rid: int) -> int:
         if not self.res_active[rid]:

@@ -26,7 +26,7 @@ from queues.admission import (
     Snapshot,
     plan,
 )
-from queues.admission.engine import NOT_ESTIMATED
+from queues.admission.forecast import NOT_ESTIMATED
 from queues.admission.testing import NOW
 from tests.queues.admission.strategies import (
     CAPS,

@@ -199,7 +199,7 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     cycle, mia, monkeypatch
 ):
     import queues.reconcile.plan as plan
-    from queues.admission.engine import NOT_ESTIMATED
+    from queues.admission.forecast import NOT_ESTIMATED
     from queues.models import Lease, QueueEstimate
 
     monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting

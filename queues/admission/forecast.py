@@ -1,0 +1,279 @@
+"""The forecast: every waiting job's and probe's estimated start, by replaying the engine's own
+pass forward in time from the state the plan's pass left (see ``forecast``)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from queues.admission.asks import Ask
+from queues.admission.estimate import simulate
+from queues.admission.pass_state import Pass
+from queues.admission.plan import EstimatedStart
+from queues.admission.scheduler import consider, probe_fits_now
+from queues.admission.snapshot import (
+    NO_HISTORY,
+    Forecast,
+    JobId,
+)
+from queues.admission.state import Alloc, State
+
+# ---------------------------------------------------------------------- the forecast
+
+# Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
+# ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
+# Four replays per plan: at 2,500 each, a plan over the benchmark's 4,000-GPU cluster takes about
+# 1 s with 1,000 jobs waiting and 2 s with 10,000 (docs/benchmarks.md); what-ifs (``explain``)
+# spend a fifth of it.
+REPLAY_BUDGET = 2_500
+WHAT_IF_REPLAY_BUDGET = 500
+# Moments the shadow walks of a replay's pass visit (``backfill``) that cost as much as one job
+# check: a pass with many deep shadows over a big class spends the budget sooner.
+WALKED_PER_CHECK = 1
+# A waiting job's estimate when the plan skipped the forecast (``plan(estimates=False)``).
+NOT_ESTIMATED = (
+    "being computed: with this many jobs waiting, estimates are refreshed every few seconds to a"
+    " minute"
+)
+
+Scenario = Callable[[Forecast], float]
+SCENARIOS: tuple[tuple[str, Scenario], ...] = (
+    ("latest", lambda f: 1.0),
+    ("likely", lambda f: f.likely),
+    ("low", lambda f: f.low),
+    ("high", lambda f: f.high),
+)
+
+
+def forecast(
+    state: State, asks: Sequence[Ask], probes: Sequence[Ask], *, budget: int = REPLAY_BUDGET
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
+    (consumed).
+
+    Four replays of the engine's own policy forward in time, from the state the pass left: at
+    each moment something ends, opens or returns, the same pass (``consider``: plan order,
+    head-of-queue reservations, backfill, gangs) runs again on the jobs still waiting, without
+    preemption and with nothing new arriving. They differ only in how long jobs run: their
+    runtime limits, their predicted runtimes (``likely``), and their 10th and 90th percentiles
+    (the interval ``range_low``–``range_high``); ``at`` is the latest of the four (see
+    ``_combine``). With runtimes equal to the limits and nothing new arriving, each job starts
+    when the first replay says: exactly ``at`` when no job has runtime history.
+    """
+    snapshot = state.snapshot
+    forecasts: dict[JobId, Forecast] = {}
+    started: dict[JobId, tuple[datetime, timedelta]] = {}
+    for job in snapshot.running:
+        forecasts[job.id] = job.forecast or NO_HISTORY
+        started[job.id] = (job.started_at or state.now, job.runtime_limit)
+    for pending in snapshot.pending:
+        forecasts[pending.id] = pending.forecast or NO_HISTORY
+    results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
+    mark = _Mark.of(state)
+    for index, (name, pick) in enumerate(SCENARIOS):
+        if index:
+            mark.restore(state)
+
+        def ratio(job_id: JobId, pick: Scenario = pick) -> float:
+            return pick(forecasts.get(job_id, NO_HISTORY))
+
+        results[name] = _replay(state, asks, probes, ratio, started, budget)
+    state.now = snapshot.now
+    latest, probe_latest = results["latest"]
+    return (
+        {ask.job.id: _combine(ask.job.id, latest, results) for ask in asks},
+        {
+            probe.job.id: _combine(probe.job.id, probe_latest, results, probes=True)
+            for probe in probes
+        },
+    )
+
+
+@dataclass(slots=True)
+class _Mark:
+    """What the pass left on the state and a replay changes: the jobs holding GPUs, the
+    reservations' being open and the nodes' eligibility. Putting them back between replays
+    costs what the replay changed, not a state rebuilt from the snapshot."""
+
+    allocs: dict[JobId, Alloc]
+    active: dict[int, bool]
+    eligible: list[bool]
+    now: datetime
+
+    @classmethod
+    def of(cls, state: State) -> _Mark:
+        return cls(dict(state.allocs), dict(state.res_active), list(state.node_eligible), state.now)
+
+    def restore(self, state: State) -> None:
+        for alloc in [a for a in state.allocs.values() if self.allocs.get(a.job_id) is not a]:
+            state.give_back(alloc)
+        for alloc in self.allocs.values():
+            if not alloc.live:
+                state.take(alloc)
+        for rid, active in self.active.items():
+            if state.res_active.get(rid) != active:
+                state.set_reservation_active(rid, active)
+        for index, eligible in enumerate(self.eligible):
+            if state.node_eligible[index] != eligible:
+                state.set_node_eligible(index, eligible)
+        state.now = self.now
+
+
+def _combine(
+    job_id: JobId,
+    latest: dict[JobId, EstimatedStart],
+    results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]],
+    *,
+    probes: bool = False,
+) -> EstimatedStart:
+    """The estimate from the four replays: ``at`` the latest start of any (with backfill a job
+    that ends early may let a gang go first and push a small job back, so the start when every
+    job runs to its limit is not always the latest), ``likely`` the predicted one, and the
+    interval from the 10th and 90th percentile replays, holding ``likely``."""
+    bound = latest[job_id]
+    if bound.at is None:
+        return bound
+    found = {name: results[name][1 if probes else 0][job_id].at or bound.at for name in results}
+    likely = found["likely"]
+    low = min(found["low"], likely)
+    high = max(found["high"], likely)
+    return replace(bound, at=max(bound.at, high), likely=likely, range_low=low, range_high=high)
+
+
+def _replay(
+    state: State,
+    asks: Sequence[Ask],
+    probes: Sequence[Ask],
+    ratio: Callable[[JobId], float],
+    started: dict[JobId, tuple[datetime, timedelta]],
+    budget: int,
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
+    now = state.now
+    started = dict(started)  # and when the replay starts each job
+    events: list[tuple[datetime, int, int, object]] = []
+    sequence = 0
+
+    def push(when: datetime, kind: int, payload: object) -> None:
+        nonlocal sequence
+        sequence += 1
+        heapq.heappush(events, (when, kind, sequence, payload))
+
+    def finish(alloc: Alloc) -> datetime:
+        # a job this plan admits starts now and runs to ``alloc.end`` at the latest
+        since = started.get(alloc.job_id) or (now, alloc.end - now)
+        return _finish(alloc, ratio(alloc.job_id), since, state.now)
+
+    def runtime_of(ask: Ask) -> timedelta:
+        return ask.runtime * ratio(ask.job.id)
+
+    for alloc in state.allocs.values():
+        push(finish(alloc), _END, alloc)
+    for rid, reservation in state.reservations.items():
+        for when, active in ((reservation.start, True), (reservation.end, False)):
+            if when is not None and when > now:
+                push(when, _RESERVATION, (rid, active))
+    for index, node in enumerate(state.nodes):
+        if not state.node_eligible[index] and node.healthy and node.maintenance_until is not None:
+            push(max(now, node.maintenance_until), _NODE_BACK, index)
+    waiting: list[Ask] = []
+    for ask in asks:
+        if ask.held_until is not None:
+            push(max(now, ask.held_until), _HELD_ENDS, ask)
+        else:
+            waiting.append(ask)
+    ghosts = list(probes)
+    starts: dict[JobId, EstimatedStart] = {}
+    probe_starts: dict[JobId, EstimatedStart] = {}
+    while (waiting or ghosts or any(e[1] == _HELD_ENDS for e in events)) and events:
+        if len(waiting) + len(ghosts) > budget:
+            break
+        when = events[0][0]
+        joined = False
+        while events and events[0][0] == when:
+            _, kind, _, payload = heapq.heappop(events)
+            if kind == _END:
+                assert isinstance(payload, Alloc)
+                state.give_back(payload)
+            elif kind == _RESERVATION:
+                assert isinstance(payload, tuple)
+                state.set_reservation_active(payload[0], payload[1])
+            elif kind == _NODE_BACK:
+                assert isinstance(payload, int)
+                state.set_node_eligible(payload, True)
+            else:
+                assert isinstance(payload, Ask)
+                waiting.append(replace(payload, static=(), held_until=None))
+                joined = True
+        if joined:
+            waiting.sort(key=lambda a: (a.order, a.job.id))
+        state.now = when
+        run = Pass(state=state, dry_run=False, preempt=False, explain=False)
+        left: list[Ask] = []
+        next_ghost = 0
+        ghosts_left: list[Ask] = []
+        for ask in waiting:
+            while next_ghost < len(ghosts) and ghosts[next_ghost].order <= ask.order:
+                _ghost_check(run, ghosts[next_ghost], probe_starts, ghosts_left)
+                next_ghost += 1
+            admitted = len(run.admissions)
+            consider(run, ask)
+            if len(run.admissions) > admitted:
+                alloc = state.allocs[ask.job.id]
+                starts[ask.job.id] = EstimatedStart(at=when, gpu_class=alloc.gpu_class)
+                started[ask.job.id] = (when, ask.runtime)
+                push(when + runtime_of(ask), _END, alloc)
+            else:
+                left.append(ask)
+        for ghost in ghosts[next_ghost:]:
+            _ghost_check(run, ghost, probe_starts, ghosts_left)
+        budget -= len(waiting) + len(ghosts) + run.walked // WALKED_PER_CHECK
+        waiting, ghosts = left, ghosts_left
+    held = [e[3] for e in events if e[1] == _HELD_ENDS]
+    rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
+    if rest or ghosts:
+        # What the replay's budget did not reach: the per-class simulation from here on.
+        more, more_probes = simulate(state, rest, ghosts, finish, runtime_of)
+        starts.update(more)
+        probe_starts.update(more_probes)
+    return starts, probe_starts
+
+
+_END, _RESERVATION, _NODE_BACK, _HELD_ENDS = 0, 1, 2, 3
+
+
+def _ghost_check(
+    run: Pass, ghost: Ask, found: dict[JobId, EstimatedStart], left: list[Ask]
+) -> None:
+    if probe_fits_now(run, ghost):
+        found[ghost.job.id] = EstimatedStart(at=run.state.now)
+    else:
+        left.append(ghost)
+
+
+def _finish(
+    alloc: Alloc, ratio: float, started: tuple[datetime, timedelta], now: datetime
+) -> datetime:
+    """When a job holding GPUs is predicted to end if it runs ``ratio`` of its limit; one that
+    already ran longer than that is predicted to use the same share of the time it has left."""
+    if ratio >= 1:
+        return alloc.end
+    return predicted_end(started=started, ratio=ratio, now=now, limit_end=alloc.end)
+
+
+def predicted_end(
+    *, started: tuple[datetime, timedelta], ratio: float, now: datetime, limit_end: datetime
+) -> datetime:
+    """When a job that started at ``started[0]`` with runtime limit ``started[1]`` is predicted
+    to end if it runs ``ratio`` of its limit (``limit_end``: when the limit runs out); one that
+    already ran longer than that is predicted to use the same share of the time it has left.
+    The estimates and chargeback's forecast both use it."""
+    if ratio >= 1:
+        return limit_end
+    start, limit = started
+    predicted = start + limit * ratio
+    if predicted > now:
+        return predicted
+    return now + (limit_end - now) * ratio

@@ -1,0 +1,144 @@
+"""What one pass of the planner carries: the state, the head-of-queue reservations made so far
+(``Shadow``, ``QuotaShadow``), the decisions (admissions, preemptions, ``Outcome``s) and the
+verdicts it caches; and ``admit``, which holds a job's GPUs and charges the reservations it runs
+past."""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from queues.admission.asks import Ask
+from queues.admission.fit import Fit, hold
+from queues.admission.plan import Admission, Preemption
+from queues.admission.reasons import PendingReason
+from queues.admission.snapshot import (
+    CapacityKind,
+    JobId,
+)
+from queues.admission.state import Alloc, Pool, State, pods_nodes
+
+
+@dataclass(slots=True)
+class Shadow:
+    """The head-of-queue reservation of a blocked job on a class: from ``time`` to ``end`` it
+    needs ``used`` devices of ``pool`` (per local node) and ``eq`` of the class aggregate.
+    ``extra`` (per node of ``pool``) and ``eq_extra`` are what is left at ``time`` once it and
+    every reservation running then have theirs: a later job that would still run at ``time`` may
+    use only that."""
+
+    job_id: JobId
+    time: datetime
+    end: datetime
+    pool: Pool
+    used: list[tuple[int, int]]
+    eq: int
+    extra: list[int]
+    eq_extra: int
+
+
+@dataclass(slots=True)
+class QuotaShadow:
+    """The same reservation on its team's quota of the class: from ``time`` to ``end`` it needs
+    ``demand`` of the quota (within nominal when ``nominal``). A later job of the team that
+    would still run at ``time`` may take only ``total_room`` more of the quota (and
+    ``nominal_room`` more within nominal, when the reserved job needs nominal)."""
+
+    job_id: JobId
+    time: datetime
+    end: datetime
+    demand: int
+    nominal: bool
+    total_room: int
+    nominal_room: int | None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the pass decided for one pending job that it did not admit."""
+
+    ask: Ask
+    reasons: list[PendingReason]
+    backfill_blocked_by: JobId | None = None
+    held_quota: bool = False  # blocked by its team's quota shadow, not a class's
+    preempting: tuple[JobId, ...] = ()
+    start: datetime | None = None
+    would_admit: bool = False
+
+
+@dataclass
+class Pass:
+    state: State
+    dry_run: bool
+    # head-of-queue reservations per class and per (team, class), in plan order
+    shadows: dict[str, list[Shadow]] = field(default_factory=dict)
+    quota_shadows: dict[tuple[str, str], list[QuotaShadow]] = field(default_factory=dict)
+    reserved: int = 0  # reservations made so far in the pass
+    walked: int = 0  # events the reservation walks visited (their cost)
+    views: dict[tuple[Any, ...], tuple[list[int] | None, int]] = field(default_factory=dict)
+    held: dict[tuple[Any, ...], tuple[JobId | None, bool]] = field(default_factory=dict)
+    preempt: bool = True  # False in the forecast: it does not foresee preemptions
+    explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
+    explain_only: AbstractSet[JobId] | None = None  # the jobs to explain (None: all)
+    no_shadow: set[tuple[Any, ...]] = field(default_factory=set)
+    fresh: set[JobId] = field(default_factory=set)
+    admissions: list[Admission] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    no_fit: set[tuple[Any, ...]] = field(default_factory=set)
+    no_preempt: set[tuple[Any, ...]] = field(default_factory=set)
+    causes: dict[tuple[Any, ...], list[tuple[str, list[PendingReason]]]] = field(
+        default_factory=dict
+    )
+
+
+def versions(state: State, ask: Ask) -> int | tuple[int, ...]:
+    """The versions of ``ask``'s classes, for cache keys (one class, the usual case: an int;
+    asks of equal ``key`` have the same classes, so the two forms never meet)."""
+    classes = ask.classes
+    if len(classes) == 1:
+        return state.class_version[classes[0]]
+    return tuple(state.class_version[c] for c in classes)
+
+
+def admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc:
+    state = run.state
+    alloc = hold(state, ask, fit, start or state.now)
+    if fit.kind is not CapacityKind.RESERVED:
+        for quota in run.quota_shadows.get((ask.job.team, fit.gpu_class), ()):
+            if alloc.end > quota.time and alloc.job_id != quota.job_id:
+                quota.total_room -= alloc.eq
+                if fit.kind is CapacityKind.NOMINAL and quota.nominal_room is not None:
+                    quota.nominal_room -= alloc.eq
+    run.fresh.add(ask.job.id)
+    borrowed = 0
+    if fit.kind is CapacityKind.BORROWED:
+        # what the job adds to the team's use beyond nominal; the rest fills nominal room
+        borrowed = min(alloc.eq, state.borrowing((ask.job.team, fit.gpu_class)))
+    shadows = run.shadows.get(fit.gpu_class, ())
+    for shadow in shadows:
+        if alloc.end > shadow.time:
+            shadow.eq_extra -= alloc.eq
+            if shadow.pool is fit.pool:
+                for spot in alloc.spots:
+                    shadow.extra[spot.local] -= spot.devices
+    if start is None:
+        if run.dry_run:
+            run.outcomes.append(Outcome(ask, [], start=state.now, would_admit=True))
+        else:
+            run.admissions.append(
+                Admission(
+                    job_id=ask.job.id,
+                    gpu_class=fit.gpu_class,
+                    nodes=pods_nodes(state, alloc.spots),
+                    gpu_eq=Fraction(alloc.eq, state.scale),
+                    capacity=fit.kind,
+                    reservation_id=fit.reservation_id,
+                    backfilled=bool(shadows),
+                    borrowed_gpu_eq=Fraction(borrowed, state.scale),
+                )
+            )
+    return alloc
