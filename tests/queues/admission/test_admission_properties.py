@@ -25,9 +25,9 @@ from queues.admission import (
     Reservation,
     Snapshot,
     plan,
+    testing,
 )
 from queues.admission.engine import NOT_ESTIMATED
-from queues.admission import testing
 from queues.admission.testing import NOW
 from tests.queues.admission.strategies import (
     CAPABILITY_CLASSES,
@@ -145,9 +145,7 @@ RESERVATION_USED_ON_A_BROKEN_NODE = snapshot_of(
         testing.team("search", {"h100-80gb": (8, 4)}),
     ),
     reservations=(testing.reservation(1, "search", 1),),
-    running=(
-        testing.running(1, "search", "n0", queue="batch", kind="reserved", reservation_id=1),
-    ),
+    running=(testing.running(1, "search", "n0", queue="batch", kind="reserved", reservation_id=1),),
     pending=(testing.pending(100, "nlp", capability="h100", gpus=8),),
 )
 
