@@ -306,17 +306,30 @@ def submit_all(api: Api, arrivals: list[kueue.Arrival], start: float) -> dict[st
 
 
 def wait_all_done(total: int, limit: float) -> float:
+    """When every job had finished (epoch seconds), once the cycle that saw them end has also
+    recorded their pods' usage: a cycle moves the jobs first and opens and closes the usage
+    intervals of pods that ran between two cycles after that (seconds later at thousands of
+    jobs), and the checks must not read in between."""
     from django.db import connection
 
-    from queues.models import Job, JobState
+    from queues.models import Job, JobState, UsageInterval
 
     deadline = time.monotonic() + limit
+    finished = None
     while time.monotonic() < deadline:
-        done = Job.objects.filter(
-            state__in=[JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
-        ).count()
-        if done >= total:
-            return time.time()
+        if finished is None:
+            done = Job.objects.filter(
+                state__in=[JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
+            ).count()
+            if done >= total:
+                finished = time.time()
+        if finished is not None:
+            succeeded = Job.objects.filter(state=JobState.SUCCEEDED)
+            recorded = UsageInterval.objects.filter(job__in=succeeded, ended_at__isnull=False)
+            if recorded.values("job").distinct().count() >= succeeded.count():
+                return finished
+            if time.time() - finished > 120:
+                return finished  # the checks report what is missing
         time.sleep(0.5)
     connection.close()
     raise RuntimeError(f"not every job finished within {limit:.0f} s")
