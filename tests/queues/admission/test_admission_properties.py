@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from datetime import timedelta
 from fractions import Fraction
 
 from hypothesis import example, given, settings
@@ -514,12 +515,24 @@ def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
             ),
         )
     if code is ReasonCode.PRIORITY:
+        # The job alone first in plan order: its queue above every other queue, and the queue's
+        # other waiting jobs moved to a copy of it at its old priority. (Raising the whole queue
+        # moves them ahead of other queues too, where one may come to fit its team's nominal
+        # quota; within a queue priority those go before jobs that would borrow, whatever the
+        # job priority: PRIORITY_TIER.)
+        others = f"{job.queue}-others"
         queues = tuple(
             dataclasses.replace(q, priority=10**6) if q.name == job.queue else q
             for q in snapshot.queues
+        ) + tuple(
+            dataclasses.replace(q, name=others) for q in snapshot.queues if q.name == job.queue
         )
         pending = tuple(
-            dataclasses.replace(p, priority=10**6) if p.id == job.id else p
+            dataclasses.replace(p, priority=10**6)
+            if p.id == job.id
+            else dataclasses.replace(p, queue=others)
+            if p.queue == job.queue
+            else p
             for p in snapshot.pending
         )
         return dataclasses.replace(snapshot, queues=queues, pending=pending)
@@ -570,7 +583,73 @@ def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
     return dataclasses.replace(snapshot, nodes=snapshot.nodes + tuple(extra))
 
 
+def _batch_job(job_id: int, team_name: str, node_name: str, gpus: Fraction, **fields):
+    return testing.running(
+        job_id,
+        team_name,
+        node_name,
+        gpus,
+        queue="batch",
+        started=fields.pop("started", timedelta(0)),
+        runtime=timedelta(hours=1),
+        checkpoint_interval=timedelta(minutes=30),
+        **fields,
+    )
+
+
+# Shrunk from a slow run (seed 12): job 102 (vision, 1 GPU) waits behind job 101 (nlp) in
+# batch, both borrowing, 101 first by id. Raising the whole of batch above training moved 101
+# ahead of job 100 there, where it fits nlp's nominal quota: within nominal, it stayed ahead of
+# 102 whatever 102's own priority, and the property took the reason for untrue.
+PRIORITY_TIER = snapshot_of(
+    nodes=(
+        testing.node("n0", gpus=2),
+        testing.node("n1", gpus=2),
+        testing.node(
+            "n2",
+            mig=(MigSlots("1g.10gb", 2), MigSlots("2g.20gb", 4), MigSlots("3g.40gb", 0)),
+        ),
+        testing.node("n3", time_slice_replicas=4),
+    ),
+    teams=tuple(
+        testing.team(
+            name, {c: ((2 if name == "vision" and c == CLASSES[0] else 8), 4) for c in CLASSES}
+        )
+        for name in ("nlp", "search", "vision")
+    ),
+    running=(
+        _batch_job(1, "nlp", "n2", Fraction(2, 7), mig_profile="1g.10gb"),
+        _batch_job(2, "nlp", "n1", Fraction(2)),
+        _batch_job(3, "nlp", "n3", Fraction(1)),
+        _batch_job(4, "nlp", "n0", Fraction(1), started=timedelta(minutes=41)),
+        _batch_job(5, "vision", "n2", Fraction(8, 7), mig_profile="2g.20gb"),
+    ),
+    pending=(
+        testing.pending(100, "nlp", capability="h100", gpus=2, waited=timedelta(hours=6)),
+        testing.pending(
+            101,
+            "nlp",
+            "batch",
+            "h100",
+            gpus=2,
+            runtime_limit=timedelta(minutes=20),
+            waited=timedelta(minutes=1),
+        ),
+        testing.pending(
+            102,
+            "vision",
+            "batch",
+            "h100",
+            gpus=1,
+            runtime_limit=timedelta(minutes=20),
+            waited=timedelta(minutes=1),
+        ),
+    ),
+)
+
+
 @given(snapshots())
+@example(PRIORITY_TIER)
 @SETTINGS
 def test_the_binding_reason_is_true(snapshot: Snapshot) -> None:
     """Remove the binding cause: the job is admitted, starts preempting, or binds on another."""
