@@ -2,7 +2,7 @@
 
 The scenarios are bench/kueue.py's: Kueue's baseline mapped to GPUs (5 GPU classes of 120 GPUs,
 30 teams, 15,000 jobs arriving over about 60 s), and ``--scenario large-scale`` (20 classes of
-2,000 GPUs on 2,000 nodes, 2,000 teams, 60,000 jobs arriving within 0.6 s). The real pieces,
+2,000 GPUs on 2,000 nodes, 2,000 teams, 60,000 jobs arriving within 0.4 s). The real pieces,
 each in a process of its own: the simulated cluster over HTTP at speed 1 (``python -m
 simcluster``), PostgreSQL (the database ``loop_bench``, created and dropped), gunicorn serving
 the portal (2 sync workers), a Celery worker (solo pool, with beat) on Redis db 7. A submitter

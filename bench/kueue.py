@@ -8,7 +8,7 @@ baseline 120 GPUs: 6 nodes of 20, big enough for the largest pod), a ClusterQueu
 quota of 20 (borrowing limit 100) on its class, and a cohort's teams submit to one preemptible
 queue that allows only that class. ``configs/large-scale/generator.yaml`` is the same shape at
 20 cohorts x 100 ClusterQueues (2,000 teams, 20 classes of 2,000 GPUs: 2,000 nodes) with 30
-workloads per ClusterQueue (60,000), all created within the first 0.6 s and running 50-200 ms.
+workloads per ClusterQueue (60,000), all created within the first 0.4 s and running 50-200 ms.
 ``bench/bench_kueue_replay.py`` replays either through the whole portal (``--scenario``); the
 test suite replays a slice of the baseline (one cohort, a fifth of the jobs) as a correctness
 check. Imports no Django at module level.
