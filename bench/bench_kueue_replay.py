@@ -1,17 +1,21 @@
 """Kueue's scheduler benchmark replayed end to end through the whole portal.
 
-The scenario is bench/kueue.py (Kueue's baseline mapped to GPUs: 5 GPU classes of 120 GPUs,
-30 teams, 15,000 jobs arriving over about 60 s). The real pieces, each in a process of its own:
-the simulated cluster over HTTP at speed 1 (``python -m simcluster``), PostgreSQL (the database
-``loop_bench``, created and dropped), gunicorn serving the portal (2 sync workers), a Celery
-worker (solo pool, with beat) on Redis db 7. A submitter posts each 100 ms tick's jobs to
-``POST /api/jobs/batch/``; a watch on the cluster's pods notes when each pod is seen running.
-Then, on the quiet cluster, single jobs through ``POST /api/jobs/``: submission to pod running.
+The scenarios are bench/kueue.py's: Kueue's baseline mapped to GPUs (5 GPU classes of 120 GPUs,
+30 teams, 15,000 jobs arriving over about 60 s), and ``--scenario large-scale`` (20 classes of
+2,000 GPUs on 2,000 nodes, 2,000 teams, 60,000 jobs arriving within 0.4 s). The real pieces,
+each in a process of its own: the simulated cluster over HTTP at speed 1 (``python -m
+simcluster``), PostgreSQL (the database ``loop_bench``, created and dropped), gunicorn serving
+the portal (2 sync workers), a Celery worker (solo pool, with beat) on Redis db 7. A submitter
+posts each 100 ms tick's jobs to ``POST /api/jobs/batch/``; a watch on the cluster's pods notes
+when each pod is seen running. Then, on the quiet cluster, single jobs through
+``POST /api/jobs/``: submission to pod running.
 
-    python bench/bench_kueue_replay.py [--cohorts 5] [--scale 1.0] [--quiet-jobs 20]
-        [--keep-database]
+    python bench/bench_kueue_replay.py [--scenario baseline|large-scale] [--cohorts N]
+        [--scale 1.0] [--quiet-jobs 20] [--keep-database] [--profile-worker FILE]
 
-``--scale 0.2`` replays a fifth of each stream's jobs (same intervals) for a quick look;
+``--scale 0.2`` replays a fifth of each stream's jobs (same intervals, at least one per team
+and stream) for a quick look; ``--cohorts`` fewer cohorts than the scenario's;
+``--profile-worker`` runs the worker under cProfile and writes its stats to FILE;
 ``--keep-database`` leaves the database ``loop_bench`` behind for a look at the jobs' times.
 """
 
@@ -44,7 +48,6 @@ from queues.policy.text import policy_yaml
 
 DATABASE = "loop_bench"
 REDIS_DB = 7
-REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 HOST = "127.0.0.1"
 SUBMITTERS = 4  # batch requests in flight at once (gunicorn answers two at a time)
 # INFO: the worker logs each cycle's summary and time, which the report sums up.
@@ -103,6 +106,24 @@ large 16.5 s); a later `rangespec.yaml` in Kueue gives averages of 5 runs of 351
 and 215 s / 77 s / 6.7 s."""
 
 
+LARGE_SCALE_MAPPING = """\
+### The mapping of the large-scale scenario
+
+Kueue's `test/performance/scheduler/configs/large-scale/generator.yaml`, mapped as the baseline
+(above) with its own numbers (`bench/kueue.py`, `LARGE_SCALE`):
+
+- 20 cohorts → 20 GPU classes of 2,000 GPUs each (100 nodes × 20 GPUs), 2,000 nodes in all.
+- 100 ClusterQueues per cohort (`nominalQuota: 20`, `borrowingLimit: 100`) → 100 teams per
+  class, 2,000 teams, one queue per class allowing only that class and its 100 teams.
+- Workload sets small / medium / large (20 / 7 / 3 per ClusterQueue, one every 20 / 50 / 200 ms,
+  running 50 / 100 / 200 ms, priority 50 / 100 / 200, requesting 1 / 5 / 20) → the same jobs:
+  60,000 in all, every one submitted within the first 0.4 s (ticks of 100 ms, batches of 500).
+- The pending caps per user and per queue are lifted for the run, as for the baseline.
+
+Kueue's figures are the means of 19 CI runs of that configuration (the issue): wall 1,179 s,
+quota usage 38.6 %, time to admission small 700 s, medium 256 s, large 98.8 s."""
+
+
 WHERE_THE_TIME_GOES = """\
 ### Where the time goes
 
@@ -149,9 +170,11 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def start_simcluster(tmp: Path, cohorts: int) -> tuple[subprocess.Popen, Path]:
+def start_simcluster(
+    tmp: Path, cohorts: int, scenario: kueue.Scenario
+) -> tuple[subprocess.Popen, Path]:
     nodes = tmp / "cluster.yaml"
-    nodes.write_text(yaml.safe_dump(kueue.cluster_spec(cohorts)))
+    nodes.write_text(yaml.safe_dump(kueue.cluster_spec(cohorts, scenario)))
     kubeconfig = tmp / "kubeconfig"
     process = subprocess.Popen(
         [sys.executable, *SIM_ARGS, "--nodes", str(nodes), "--kubeconfig", str(kubeconfig)],
@@ -166,9 +189,12 @@ def start_simcluster(tmp: Path, cohorts: int) -> tuple[subprocess.Popen, Path]:
     raise RuntimeError("the simulated cluster did not start")
 
 
-def start_worker(env: dict[str, str], tmp: Path) -> subprocess.Popen:
+def start_worker(env: dict[str, str], tmp: Path, profile: str | None = None) -> subprocess.Popen:
+    celery = [str(Path(sys.executable).parent / "celery")]
+    if profile:  # the worker under cProfile; its stats are written when it is stopped
+        celery = [sys.executable, "-m", "cProfile", "-o", profile, celery[0]]
     return subprocess.Popen(
-        [str(Path(sys.executable).parent / "celery"), *WORKER_ARGS, str(tmp / "beat")],
+        [*celery, *WORKER_ARGS, str(tmp / "beat")],
         cwd=synthetic.ROOT,
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
@@ -298,17 +324,30 @@ def submit_all(api: Api, arrivals: list[kueue.Arrival], start: float) -> dict[st
 
 
 def wait_all_done(total: int, limit: float) -> float:
+    """When every job had finished (epoch seconds), once the cycle that saw them end has also
+    recorded their pods' usage: a cycle moves the jobs first and opens and closes the usage
+    intervals of pods that ran between two cycles after that (seconds later at thousands of
+    jobs), and the checks must not read in between."""
     from django.db import connection
 
-    from queues.models import Job, JobState
+    from queues.models import Job, JobState, UsageInterval
 
     deadline = time.monotonic() + limit
+    finished = None
     while time.monotonic() < deadline:
-        done = Job.objects.filter(
-            state__in=[JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
-        ).count()
-        if done >= total:
-            return time.time()
+        if finished is None:
+            done = Job.objects.filter(
+                state__in=[JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]
+            ).count()
+            if done >= total:
+                finished = time.time()
+        if finished is not None:
+            succeeded = Job.objects.filter(state=JobState.SUCCEEDED)
+            recorded = UsageInterval.objects.filter(job__in=succeeded, ended_at__isnull=False)
+            if recorded.values("job").distinct().count() >= succeeded.count():
+                return finished
+            if time.time() - finished > 120:
+                return finished  # the checks report what is missing
         time.sleep(0.5)
     connection.close()
     raise RuntimeError(f"not every job finished within {limit:.0f} s")
@@ -323,26 +362,35 @@ def worker_cycles(log: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cohorts", type=int, default=5)
+    parser.add_argument("--scenario", choices=sorted(kueue.SCENARIOS), default="baseline")
+    parser.add_argument("--cohorts", type=int, help="cohorts (GPU classes); the scenario's")
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of each stream's jobs")
     parser.add_argument("--quiet-jobs", type=int, default=20)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument(
-        "--keep-database", action="store_true", help=f"leave {DATABASE} for a look afterwards"
+        "--keep-database", action="store_true", help="leave the database for a look afterwards"
     )
+    # two replays at once (several people on one machine) each need their own
+    parser.add_argument("--database", default=DATABASE, help="PostgreSQL database to create")
+    parser.add_argument("--redis-db", type=int, default=REDIS_DB, help="Redis database number")
+    parser.add_argument("--profile-worker", help="cProfile the worker; its stats to this file")
     args = parser.parse_args()
+    scenario = kueue.SCENARIOS[args.scenario]
+    args.cohorts = args.cohorts or scenario.cohorts
     tmp = Path(tempfile.mkdtemp(prefix="bench-kueue-"))
     processes: list[subprocess.Popen] = []
     watch: PodWatch | None = None
-    synthetic.database_create(DATABASE)
-    subprocess.run(["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], capture_output=True, check=False)
+    synthetic.database_create(args.database)
+    subprocess.run(
+        ["redis-cli", "-n", str(args.redis_db), "FLUSHDB"], capture_output=True, check=False
+    )
     try:
-        sim, kubeconfig = start_simcluster(tmp, args.cohorts)
+        sim, kubeconfig = start_simcluster(tmp, args.cohorts, scenario)
         processes.append(sim)
         port = args.port or free_port()
         env = {
-            **synthetic.django_env(DATABASE),
-            "CELERY_BROKER_URL": REDIS_URL,
+            **synthetic.django_env(args.database),
+            "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{args.redis_db}",
             "CLUSTER_MODE": "sim",
             "KUBECONFIG": str(kubeconfig),
             "RECONCILE_ON_COMMIT": "true",
@@ -350,7 +398,9 @@ def main() -> None:
             "MAX_PENDING_JOBS_PER_USER": "100000",
             "MAX_PENDING_JOBS_PER_QUEUE": "100000",
         }
-        synthetic.django_setup(DATABASE, **{k: v for k, v in env.items() if k != "DATABASE_URL"})
+        synthetic.django_setup(
+            args.database, **{k: v for k, v in env.items() if k != "DATABASE_URL"}
+        )
         import io
 
         from django.contrib.auth import get_user_model
@@ -359,41 +409,45 @@ def main() -> None:
         from portal.models import ApiToken
 
         call_command("migrate", verbosity=0)
-        (tmp / "policy.yaml").write_text(policy_yaml(kueue.policy(args.cohorts)))
+        (tmp / "policy.yaml").write_text(policy_yaml(kueue.policy(args.cohorts, scenario)))
+        applied = time.perf_counter()
         call_command("apply_policy", str(tmp / "policy.yaml"), stdout=io.StringIO())
+        applied = time.perf_counter() - applied
         user = get_user_model().objects.get(username=kueue.MEMBER)
         _, token = ApiToken.issue(user=user, name="replay")
         server = gunicorn_start(port, env)
         processes.append(server)
-        worker = start_worker(env, tmp)
+        worker = start_worker(env, tmp, args.profile_worker)
         processes.append(worker)
         watch = PodWatch(kubeconfig)
         watch.start()
         api = Api(port, token)
         time.sleep(3)  # the worker connects and its first (beat) cycle syncs the nodes
 
-        arrivals = kueue.arrivals(args.cohorts, args.scale)
+        arrivals = kueue.arrivals(args.cohorts, args.scale, scenario)
         pids = [sim.pid, worker.pid, *_tree(server.pid)]
         cpu_before = cpu_seconds(pids)
         load_before = loadavg()
         start_wall = time.time() + 0.5
         start = datetime.fromtimestamp(start_wall, UTC)
         submitted = submit_all(api, arrivals, start_wall)
-        all_done = wait_all_done(len(arrivals), limit=1800)
+        all_done = wait_all_done(len(arrivals), limit=max(1800, 2 * scenario.kueue_wall_seconds))
         cpu = cpu_seconds(pids) - cpu_before
         load_after = loadavg()
         time.sleep(1)
         from django.db import connection
 
         connection.close()
-        result = kueue.outcome(start, args.cohorts)
+        result = kueue.outcome(start, args.cohorts, scenario)
         latencies = loop_latencies(watch)
         interval_problems = kueue.intervals_match_pods(dict(watch.reported))
         sim_state = sim_state_of(kubeconfig)
-        quiet = quiet_latency(api, watch, args.quiet_jobs, args.cohorts)
+        quiet = quiet_latency(api, watch, args.quiet_jobs, args.cohorts, scenario)
         print(
             report(
                 args,
+                scenario,
+                applied,
                 arrivals,
                 result,
                 submitted,
@@ -412,7 +466,7 @@ def main() -> None:
         if watch is not None:
             watch.stopping.set()
         for process in reversed(processes):
-            process.terminate()
+            process.terminate()  # a worker under cProfile writes its stats on the way out
         for process in processes:
             try:
                 process.wait(15)
@@ -423,9 +477,9 @@ def main() -> None:
 
             connections.close_all()
         if not args.keep_database:
-            synthetic.database_drop(DATABASE)
+            synthetic.database_drop(args.database)
         subprocess.run(
-            ["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], capture_output=True, check=False
+            ["redis-cli", "-n", str(args.redis_db), "FLUSHDB"], capture_output=True, check=False
         )
 
 
@@ -483,12 +537,15 @@ def sim_state_of(kubeconfig: Path) -> dict[str, Any]:
         return json.loads(response.read())
 
 
-def quiet_latency(api: Api, watch: PodWatch, count: int, cohorts: int) -> list[float]:
+def quiet_latency(
+    api: Api, watch: PodWatch, count: int, cohorts: int, scenario: kueue.Scenario
+) -> list[float]:
     """On the quiet cluster: one job at a time through ``POST /api/jobs/``, from the request
     sent to its pod seen running."""
     out = []
     for i in range(count):
-        body = kueue.Arrival(0, i % cohorts, i % kueue.TEAMS_PER_COHORT, kueue.STREAMS[0], i)
+        team = i % scenario.teams_per_cohort
+        body = kueue.Arrival(0, i % cohorts, team, scenario.streams[0], i)
         job = {**body.body(), "name": f"quiet-{i}"}
         sent = time.time()
         job_id = api.post("/api/jobs/", job)["id"]
@@ -505,6 +562,8 @@ def quiet_latency(api: Api, watch: PodWatch, count: int, cohorts: int) -> list[f
 
 def report(
     args: Any,
+    scenario: kueue.Scenario,
+    applied: float,
     arrivals: list[kueue.Arrival],
     result: kueue.Outcome,
     submitted: dict[str, float],
@@ -521,19 +580,19 @@ def report(
     requests = sim_state.get("requests", {})
     by_class = result.admission_seconds
     rows = [
-        "| measure | Kueue baseline (6 CPUs) | GPU Portal (this machine) |",
+        f"| measure | {scenario.kueue_note} | GPU Portal (this machine) |",
         "| --- | ---: | ---: |",
-        f"| wall time, start to every job finished | {kueue.KUEUE_WALL_SECONDS:.0f} s | "
+        f"| wall time, start to every job finished | {scenario.kueue_wall_seconds:.0f} s | "
         f"{result.wall_seconds:.1f} s |",
         f"| quota usage: GPUs held by admitted jobs (Kueue's measure) | "
-        f"{kueue.KUEUE_USAGE_PERCENT} % | {result.held_percent:.1f} % |",
+        f"{scenario.kueue_usage_percent} % | {result.held_percent:.1f} % |",
         f"| GPUs in use: pods running, as the cluster reported | – | "
         f"{result.usage_percent:.1f} % |",
     ]
-    for stream in kueue.STREAMS:
+    for stream in scenario.streams:
         rows.append(
             f"| mean time to admission, {stream.name} | "
-            f"{kueue.KUEUE_ADMISSION_SECONDS[stream.name]} s | "
+            f"{scenario.kueue_admission_seconds[stream.name]} s | "
             f"{by_class.get(stream.name, float('nan')):.2f} s |"
         )
     a2r = latencies["admitted → running"]
@@ -543,8 +602,9 @@ def report(
         if name != "admitted → running" and v
     )
     lines = [
-        f"Scenario: {args.cohorts} cohorts × {kueue.TEAMS_PER_COHORT} teams, "
-        f"{len(arrivals):,} jobs (scale {args.scale:g}); machine load (1/5/15 min) "
+        f"Scenario {scenario.name}: {args.cohorts} cohorts × {scenario.teams_per_cohort} teams, "
+        f"{len(arrivals):,} jobs (scale {args.scale:g}); policy applied in {applied:.1f} s; "
+        "machine load (1/5/15 min) "
         f"{load_before} before, {load_after} after; {os.cpu_count()} cores shared with other "
         "work.",
         "",
@@ -575,7 +635,8 @@ def report(
         f"- CPU used by the simulated cluster, gunicorn and the worker during the replay: "
         f"{cpu:.0f} s over {until_seen_done:.0f} s; {worker_log}.",
     ]
-    return "\n".join(lines) + "\n\n" + MAPPING + "\n\n" + WHERE_THE_TIME_GOES
+    mapping = MAPPING if scenario is kueue.BASELINE else MAPPING + "\n\n" + LARGE_SCALE_MAPPING
+    return "\n".join(lines) + "\n\n" + mapping + "\n\n" + WHERE_THE_TIME_GOES
 
 
 if __name__ == "__main__":

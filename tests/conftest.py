@@ -28,7 +28,9 @@ EXAMPLE_POLICY = ROOT / "examples" / "policy.yaml"
 # properties their 200 (tests/queues/admission/strategies.py).
 settings.register_profile("slow", max_examples=2000, deadline=None)
 # ``--hypothesis-profile=ci`` (.ci/run): the same examples every run, so a merge is judged on its
-# own changes; new examples are explored by local runs and ``make test-slow``.
+# own changes; new examples are explored by local runs and ``make test-slow``. (The same given
+# the same modules loaded before: hypothesis mixes literal constants of the project's loaded
+# modules into its draws; tests/queues/admission/shares.py.)
 settings.register_profile("ci", derandomize=True, database=None)
 
 

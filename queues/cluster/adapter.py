@@ -179,6 +179,8 @@ class Cluster:
         # exported counters (queues.counters) after each cycle.
         self.errors: Counter[str] = Counter()
         self._namespaces: set[str] = set()
+        # Whether every namespace was listed once (None: not yet; False: listing was refused)
+        self._namespaces_listed: bool | None = None
         # Told of each Job this client created, with the API server's answer (the worker's
         # mirror, which counts it as there until its watch reports it: ``ClusterMirror.expect``).
         self.on_created: Callable[[str, dict[str, Any]], None] | None = None
@@ -373,10 +375,27 @@ class Cluster:
 
     def ensure_namespace(self, name: str) -> None:
         """Make sure the namespace exists (remembered for this client's life: namespaces the
-        portal creates are not expected to vanish, and a create would recreate one anyway)."""
+        portal creates are not expected to vanish, and a create would recreate one anyway).
+
+        The first call lists every namespace once, so a cycle that starts the first jobs of
+        thousands of teams (Kueue's large-scale replay: 2,000) creates the missing ones without
+        asking for each first. Without the right to list, each is read, then created."""
         if name in self._namespaces:
             return
-        self._ensure_namespace(name)
+        if self._namespaces_listed is None:
+            try:
+                listed = self._list(self.core.list_namespace).items
+            except ClusterRejected:
+                self._namespaces_listed = False
+            else:
+                self._namespaces.update(n["metadata"]["name"] for n in listed)
+                self._namespaces_listed = True
+                if name in self._namespaces:
+                    return
+        if self._namespaces_listed:
+            self._create_namespace(name)  # not there when listed (a 409 says it came since)
+        else:
+            self._ensure_namespace(name)
         self._namespaces.add(name)
 
     def _ensure_namespace(self, name: str) -> None:
@@ -385,11 +404,14 @@ class Cluster:
         except ClusterRejected as exc:
             if exc.status != 404:
                 raise
-            try:
-                self._call(self.core.create_namespace, {"metadata": {"name": name}})
-            except ClusterRejected as again:
-                if again.status != 409:
-                    raise
+            self._create_namespace(name)
+
+    def _create_namespace(self, name: str) -> None:
+        try:
+            self._call(self.core.create_namespace, {"metadata": {"name": name}})
+        except ClusterRejected as again:
+            if again.status != 409:
+                raise
 
     def create_job(self, manifest: dict[str, Any]) -> bool:
         """Create the Job; False if a Job of that name that is ours already exists (a retried

@@ -292,12 +292,26 @@ def _team_stats_store(snapshot: engine.Snapshot, *, now: datetime) -> None:
     ]
     for row in rows:
         row.recent_usage = row.recent_usage.quantize(Decimal("0.001"))
-    TeamStats.objects.bulk_create(
-        rows,
-        update_conflicts=True,
-        unique_fields=["team"],
-        update_fields=["held", "recent_usage", "computed_at"],
-    )
+    # Only the rows whose numbers moved are written (most teams' do not between two cycles:
+    # rewriting 2,000 teams' rows was half a second of every cycle in Kueue's large-scale
+    # replay); the others are only marked computed now, in one statement.
+    stored = {
+        team_id: (held, usage)
+        for team_id, held, usage in TeamStats.objects.values_list("team_id", "held", "recent_usage")
+    }
+    moved = [row for row in rows if stored.get(row.team_id) != (row.held, row.recent_usage)]
+    with transaction.atomic():
+        TeamStats.objects.bulk_create(
+            moved,
+            update_conflicts=True,
+            unique_fields=["team"],
+            update_fields=["held", "recent_usage", "computed_at"],
+        )
+        if len(moved) < len(rows):
+            computed = [row.team_id for row in rows]
+            TeamStats.objects.filter(team_id__in=computed).exclude(computed_at=now).update(
+                computed_at=now
+            )
 
 
 def day_bounds(day: date) -> tuple[datetime, datetime]:

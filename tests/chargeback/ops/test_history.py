@@ -230,3 +230,40 @@ def test_a_minute_between_a_long_queues_refreshes_keeps_the_last_refreshs_pendin
     # a full plan counts the queue itself (here: nobody waits)
     history_record(snap, engine.plan(snap), now=later)
     assert counts(DAY + timedelta(minutes=2)) == []
+
+
+def test_team_stats_rewrite_only_the_teams_whose_numbers_moved(example_policy):
+    """Each cycle stores every team's GPUs held and decayed usage; a team whose numbers did not
+    move keeps its row (only marked computed now), so 2,000 teams are not rewritten per cycle."""
+    import dataclasses
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from queues import admission as engine
+    from queues.models import TeamStats
+    from queues.reconcile.history import history_record
+    from queues.reconcile.snapshot import snapshot_build
+
+    snap = snapshot_build(now=DAY, forecasts=False)
+    history_record(snap, engine.plan(snap, estimates=False, explain=set()), now=DAY)
+    teams = TeamStats.objects.count()
+    assert teams == len(snap.teams) > 1
+    vision = next(t for t in snap.teams if t.name == "vision")
+    moved = dataclasses.replace(
+        snap,
+        teams=tuple(
+            dataclasses.replace(t, recent_usage=Fraction(5, 2)) if t is vision else t
+            for t in snap.teams
+        ),
+    )
+    later = DAY + timedelta(minutes=1)
+
+    with CaptureQueriesContext(connection) as queries:
+        history_record(moved, engine.plan(moved, estimates=False, explain=set()), now=later)
+
+    upserts = [q["sql"] for q in queries if 'INSERT INTO "queues_teamstats"' in q["sql"]]
+    assert len(upserts) == 1 and upserts[0].count("), (") == 0  # one row: vision's
+    stats = {s.team.name: s for s in TeamStats.objects.select_related("team")}
+    assert stats["vision"].recent_usage == D("2.500")
+    assert {s.computed_at for s in stats.values()} == {later}

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from datetime import timedelta
 from fractions import Fraction
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from queues.admission import (
@@ -25,10 +26,12 @@ from queues.admission import (
     Reservation,
     Snapshot,
     plan,
+    testing,
 )
 from queues.admission.forecast import NOT_ESTIMATED
 from queues.admission.testing import NOW
 from tests.queues.admission.strategies import (
+    CAPABILITY_CLASSES,
     CAPS,
     CLASSES,
     EXAMPLES,
@@ -36,6 +39,7 @@ from tests.queues.admission.strategies import (
     PROFILES,
     PROPERTIES,
     QUEUE_BY_NAME,
+    QUEUES,
     device_eq,
     node_capacity,
     snapshots,
@@ -127,14 +131,36 @@ def test_no_node_gets_more_of_a_jobs_pods_than_its_cpu_and_memory_hold(
                 assert pods * job.memory_mib <= node.memory_mib, (name, job)
 
 
+def snapshot_of(**parts: object) -> Snapshot:
+    """A snapshot in the strategies' universe (their queues and capability classes)."""
+    return testing.snapshot(queues=QUEUES, capability_classes=CAPABILITY_CLASSES, **parts)
+
+
+# Shrunk from a slow run: search's reservation of one H100 is used by its job on a broken node,
+# so nothing of it is idle and nlp may take the whole healthy node. (The property once counted
+# only reserved jobs on healthy nodes as using a reservation, and failed here: 8 + 1 idle > 8.)
+RESERVATION_USED_ON_A_BROKEN_NODE = snapshot_of(
+    nodes=(testing.node("n0", healthy=False, health_reason="XID 79"), testing.node("n1")),
+    teams=(
+        testing.team("nlp", {"h100-80gb": (16, 4)}),
+        testing.team("search", {"h100-80gb": (8, 4)}),
+    ),
+    reservations=(testing.reservation(1, "search", 1),),
+    running=(testing.running(1, "search", "n0", queue="batch", kind="reserved", reservation_id=1),),
+    pending=(testing.pending(100, "nlp", capability="h100", gpus=8),),
+)
+
+
 @given(snapshots())
+@example(RESERVATION_USED_ON_A_BROKEN_NODE)
 @SETTINGS
 def test_reserved_capacity_goes_only_to_holders_or_preemptible_borrowers(
     snapshot: Snapshot,
 ) -> None:
     """New work that is neither the holder's nor preemptible borrowing leaves every active
     reservation's idle GPUs free. Preemptible borrowers admitted after it may still take them
-    (lending idle reserved GPUs to them is allowed), so what they were admitted is not counted."""
+    (lending idle reserved GPUs to them is allowed), so what they were admitted is not counted.
+    A reservation's jobs use it on any node, while only eligible nodes count as capacity."""
     result = plan(snapshot)
     pending = {p.id: p for p in snapshot.pending}
     nodes = {n.name: n for n in snapshot.nodes}
@@ -163,16 +189,14 @@ def test_reserved_capacity_goes_only_to_holders_or_preemptible_borrowers(
         used = Fraction(0)
         reserved_use: dict[int, Fraction] = defaultdict(Fraction)
         for name, _, _, _, _, eq, _, kind, rid, cls in holds(snapshot, result):
-            node = nodes[name]
-            if (
-                cls != gpu_class
-                or not node.healthy
-                or node.maintenance is not MaintenanceState.NONE
-            ):
+            if cls != gpu_class:
                 continue
-            used += eq
+            # a reservation's jobs use it wherever they run, on a broken or drained node too
             if kind is CapacityKind.RESERVED and rid is not None:
                 reserved_use[rid] += eq
+            node = nodes[name]
+            if node.healthy and node.maintenance is MaintenanceState.NONE:
+                used += eq
         lent = sum(
             (
                 a.gpu_eq
@@ -491,12 +515,24 @@ def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
             ),
         )
     if code is ReasonCode.PRIORITY:
+        # The job alone first in plan order: its queue above every other queue, and the queue's
+        # other waiting jobs moved to a copy of it at its old priority. (Raising the whole queue
+        # moves them ahead of other queues too, where one may come to fit its team's nominal
+        # quota; within a queue priority those go before jobs that would borrow, whatever the
+        # job priority: PRIORITY_TIER.)
+        others = f"{job.queue}-others"
         queues = tuple(
             dataclasses.replace(q, priority=10**6) if q.name == job.queue else q
             for q in snapshot.queues
+        ) + tuple(
+            dataclasses.replace(q, name=others) for q in snapshot.queues if q.name == job.queue
         )
         pending = tuple(
-            dataclasses.replace(p, priority=10**6) if p.id == job.id else p
+            dataclasses.replace(p, priority=10**6)
+            if p.id == job.id
+            else dataclasses.replace(p, queue=others)
+            if p.queue == job.queue
+            else p
             for p in snapshot.pending
         )
         return dataclasses.replace(snapshot, queues=queues, pending=pending)
@@ -547,7 +583,73 @@ def what_if(snapshot: Snapshot, job: PendingJob, code: ReasonCode) -> Snapshot:
     return dataclasses.replace(snapshot, nodes=snapshot.nodes + tuple(extra))
 
 
+def _batch_job(job_id: int, team_name: str, node_name: str, gpus: Fraction, **fields):
+    return testing.running(
+        job_id,
+        team_name,
+        node_name,
+        gpus,
+        queue="batch",
+        started=fields.pop("started", timedelta(0)),
+        runtime=timedelta(hours=1),
+        checkpoint_interval=timedelta(minutes=30),
+        **fields,
+    )
+
+
+# Shrunk from a slow run (seed 12): job 102 (vision, 1 GPU) waits behind job 101 (nlp) in
+# batch, both borrowing, 101 first by id. Raising the whole of batch above training moved 101
+# ahead of job 100 there, where it fits nlp's nominal quota: within nominal, it stayed ahead of
+# 102 whatever 102's own priority, and the property took the reason for untrue.
+PRIORITY_TIER = snapshot_of(
+    nodes=(
+        testing.node("n0", gpus=2),
+        testing.node("n1", gpus=2),
+        testing.node(
+            "n2",
+            mig=(MigSlots("1g.10gb", 2), MigSlots("2g.20gb", 4), MigSlots("3g.40gb", 0)),
+        ),
+        testing.node("n3", time_slice_replicas=4),
+    ),
+    teams=tuple(
+        testing.team(
+            name, {c: ((2 if name == "vision" and c == CLASSES[0] else 8), 4) for c in CLASSES}
+        )
+        for name in ("nlp", "search", "vision")
+    ),
+    running=(
+        _batch_job(1, "nlp", "n2", Fraction(2, 7), mig_profile="1g.10gb"),
+        _batch_job(2, "nlp", "n1", Fraction(2)),
+        _batch_job(3, "nlp", "n3", Fraction(1)),
+        _batch_job(4, "nlp", "n0", Fraction(1), started=timedelta(minutes=41)),
+        _batch_job(5, "vision", "n2", Fraction(8, 7), mig_profile="2g.20gb"),
+    ),
+    pending=(
+        testing.pending(100, "nlp", capability="h100", gpus=2, waited=timedelta(hours=6)),
+        testing.pending(
+            101,
+            "nlp",
+            "batch",
+            "h100",
+            gpus=2,
+            runtime_limit=timedelta(minutes=20),
+            waited=timedelta(minutes=1),
+        ),
+        testing.pending(
+            102,
+            "vision",
+            "batch",
+            "h100",
+            gpus=1,
+            runtime_limit=timedelta(minutes=20),
+            waited=timedelta(minutes=1),
+        ),
+    ),
+)
+
+
 @given(snapshots())
+@example(PRIORITY_TIER)
 @SETTINGS
 def test_the_binding_reason_is_true(snapshot: Snapshot) -> None:
     """Remove the binding cause: the job is admitted, starts preempting, or binds on another."""
