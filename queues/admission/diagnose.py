@@ -15,6 +15,8 @@ from typing import Any
 
 from queues.admission.asks import Ask, shape_on, smaller_pod_hint
 from queues.admission.capability import resolve_capability
+from queues.admission.entitlement import gpu_text, quota_most
+from queues.admission.pods import UNIT_WORDS
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     COMING_MARK,
@@ -28,8 +30,6 @@ from queues.admission.state import MIG, TIME_SLICED, Pool, State, place, taint_k
 
 Option = tuple[CapacityKind, int | None, bool]
 
-UNIT_WORDS = {"x": "GPU", "m": "slice", "t": "replica"}
-
 
 def eq_value(state: State, units: int) -> Fraction:
     return Fraction(units, state.scale)
@@ -42,13 +42,6 @@ def eq_json(state: State, units: int) -> int | float:
 
 def eq_text(state: State, units: int) -> str:
     return gpu_text(eq_value(state, units))
-
-
-def gpu_text(value: Fraction) -> str:
-    """A GPU-equivalent amount for people: whole, or to two decimals."""
-    if value.denominator == 1:
-        return str(int(value))
-    return f"{float(value):.2f}".rstrip("0").rstrip(".")
 
 
 def plural(count: int, word: str) -> str:
@@ -128,7 +121,9 @@ def policy_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     message += f" (needs {text(demand)})"
     if not queue.can_borrow:
         message += f"; queue {queue.name} may not borrow"
-    most = use.nominal + (use.borrowing_limit if queue.can_borrow else 0)
+    most = quota_most(
+        nominal=use.nominal, borrowing_limit=use.borrowing_limit, may_borrow=queue.can_borrow
+    )
     # More than the team may ever hold on this class (and no reservation of its own to use):
     # waiting does not help here, another class the job may use does.
     never_here = demand > most and not state.holder_reservations(team, queue.name, gpu_class)

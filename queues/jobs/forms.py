@@ -18,7 +18,7 @@ from portal.formatting import (
     parse_duration,
     parse_memory_mib,
 )
-from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
+from queues.admission.pods import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
 from queues.catalog.selectors import queues_visible_to, teams_of
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.jobs.requests import (

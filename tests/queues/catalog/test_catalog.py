@@ -113,9 +113,10 @@ class TestQueueDetailPage:
         assert '<span class="chip">h100-80gb</span>' in row
         assert "a100-80gb: lacks fp8" in row
         rdma = html[html.index('id="capability-multi-node-rdma"') :]
-        assert '<td data-label="Asks for">≥ 80 GB HBM, bf16, RDMA, tier ≥ 3</td>' in rdma[
-            : rdma.index("</tr>")
-        ]
+        assert (
+            '<td data-label="Asks for">≥ 80 GB HBM, bf16, RDMA, tier ≥ 3</td>'
+            in rdma[: rdma.index("</tr>")]
+        )
 
     def test_a_queue_the_member_may_not_use_is_not_found(self, mia):
         assert page_client(mia).get("/queues/inference/").status_code == 404
