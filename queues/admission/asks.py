@@ -472,17 +472,14 @@ def _pod_limits(state: State, pool: Pool, job: PendingJob) -> tuple[int, ...]:
     """How many of ``job``'s pods each local node of ``pool`` holds by its allocatable CPU and
     memory (a size a node does not report is no limit), capped at the job's pods; empty when no
     node limits it. Nodes come in a few sizes: the pool is grouped by size once per plan."""
-    key = ("node sizes", pool.gpu_class, pool.mode, pool.profile)
-    cached = state.memo.get(key)
-    grouped: dict[tuple[int, int], list[int]]
-    if isinstance(cached, dict):
-        grouped = cached
-    else:
+    key = (pool.gpu_class, pool.mode, pool.profile)
+    grouped = state.node_sizes_memo.get(key)
+    if grouped is None:
         grouped = {}
         for local, i in enumerate(pool.nodes):
             node = state.nodes[i]
             grouped.setdefault((node.cpu_millicores, node.memory_mib), []).append(local)
-        state.memo[key] = grouped
+        state.node_sizes_memo[key] = grouped
     limited: list[tuple[int, list[int]]] = []
     for (cpu, memory), locals_ in grouped.items():
         most = pods_held(cpu, memory, job.cpu_millicores, job.memory_mib, job.pods)

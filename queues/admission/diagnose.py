@@ -783,14 +783,8 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
     # devices freed on tainted nodes are no use to this queue, so a tainted pool's releases
     # depend on the tolerations
     tolerations = shape.tolerations if pool.tainted else frozenset()
-    memo_key = (
-        "releases",
-        id(pool),
-        tolerations,
-        shape.excluded,
-        state.class_version[gpu_class],
-    )
-    releases = state.memo.get(memo_key)
+    memo_key = (id(pool), tolerations, shape.excluded, state.class_version[gpu_class])
+    releases = state.releases_memo.get(memo_key)
     if releases is None:
         releases = sorted(
             (
@@ -807,8 +801,7 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
             )
             for alloc in state.class_allocs[gpu_class].values()
         )
-        state.memo[memo_key] = releases
-    assert isinstance(releases, list)
+        state.releases_memo[memo_key] = releases
     freed = 0
     stopping = running = False
     for end, is_stopping, devices in releases:

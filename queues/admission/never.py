@@ -37,12 +37,11 @@ ANY_TAINT = frozenset({"*"})
 def never_fits(state: State, ask: Ask) -> PendingReason | None:
     """``NeverFits`` for ``ask`` when no class it may use could ever take it; None when one
     could (however long the wait)."""
-    key = ("never fits", ask.key, ask.queue.name, ask.job.user)
-    if key in state.memo:
-        cached = state.memo[key]
-        return cached if isinstance(cached, PendingReason) else None
+    key = (ask.key, ask.queue.name, ask.job.user)
+    if key in state.never_fits_memo:
+        return state.never_fits_memo[key]
     reason = _for_user(state, ask) or _for_classes(state, ask)
-    state.memo[key] = reason
+    state.never_fits_memo[key] = reason
     return reason
 
 
@@ -325,13 +324,13 @@ def _fits_empty(state: State, pool: Pool, shape: Shape) -> bool:
         # a node held empty for a queue's warm floor (elastic.py) is a state the cluster leaves
         # as soon as that queue runs on it or the pool adds a node: a wait, not a never
         shape = replace(shape, tolerations=shape.tolerations | held)
-    key = ("fits-empty", id(pool), shape)
-    known = state.memo.get(key)
+    key = (id(pool), shape)
+    known = state.fits_empty_memo.get(key)
     if known is None:
         every = [True] * len(pool.nodes)
         known = (
             place(pool, shape, list(pool.total), eligible=every, hbm_free=pool.hbm_total)
             is not None
         )
-        state.memo[key] = known
-    return bool(known)
+        state.fits_empty_memo[key] = known
+    return known

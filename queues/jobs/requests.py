@@ -44,7 +44,6 @@ from queues.admission.pods import (
     request_mode,
 )
 from queues.admission.snapshot import borrowing_allowed
-from queues.admission.state import MIG
 from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.models import (
@@ -618,7 +617,7 @@ def _class_view(
     """The request on one GPU class, as the engine would see it; None when the class has no
     node serving the request's kind of device (the engine does not consider it either)."""
     profile = request.capability_class.mig_profile or None
-    if mode == MIG and profile not in gpu_class.mig_profiles:
+    if profile and profile not in gpu_class.mig_profiles:
         return None
     devices = tuple(
         d
@@ -641,7 +640,12 @@ def _class_view(
         gpus_per_pod=request.gpus_per_pod,
         mig_share=gpu_class.mig_share(profile) if profile else Fraction(1),
         least_replicas=min(
-            (n.time_slice_replicas for n in nodes if n.time_slice_replicas > 1), default=1
+            (
+                n.time_slice_replicas
+                for n in nodes
+                if n.time_slice_replicas > 1 and not n.mig_layout
+            ),
+            default=1,
         ),
     )
     return ClassView(

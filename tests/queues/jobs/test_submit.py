@@ -283,6 +283,44 @@ VERDICTS = {
         "can never start: l4: needs 4; team search's reservations hold at most 2: ask for at "
         "most 2 GPU-equivalents (l4), or ask an admin for more quota",
     ),
+    "a MIG slice on a class the team holds no quota of": (
+        lambda: (
+            Quota.objects.filter(team__name="vision", gpu_class__name="a100-80gb").update(
+                nominal=0, borrowing_limit=0
+            ),
+            Node.objects.create(
+                name="a100-mig",
+                gpu_class=GpuClass.objects.get(name="a100-80gb"),
+                gpu_count=1,
+                mig_layout={"3g.40gb": 2},
+            ),
+        ),
+        {
+            "queue": "interactive-mig",
+            "capability": "mig-3g.40gb",
+            "runtime_limit": timedelta(hours=1),
+        },
+        "gpus_per_pod",
+        "can never start: a100-80gb: needs 0.43; team vision may hold at most 0 (nominal 0; "
+        "queue interactive-mig may not borrow): team vision holds no quota or reservation it may "
+        "use here: ask an admin for quota, or use another queue",
+    ),
+    "a time-slice replica on a class the team holds no quota of": (
+        lambda: (
+            Quota.objects.filter(team__name="vision", gpu_class__name="t4").update(nominal=0),
+            Node.objects.create(
+                name="t4-shared",
+                gpu_class=GpuClass.objects.get(name="t4"),
+                gpu_count=2,
+                time_slice_replicas=4,
+            ),
+        ),
+        {"queue": "interactive", "declared_gpu_memory_gb": 4, "runtime_limit": timedelta(hours=1)},
+        "gpus_per_pod",
+        "can never start: t4: needs 0.25; team vision may hold at most 0 (nominal 0; queue "
+        "interactive may not borrow): team vision holds no quota or reservation it may use "
+        "here: ask an admin for quota, or use another queue",
+    ),
     "a pod larger than any node": (
         lambda: _h100_nodes(gpus=4, count=2),
         {"capability": "fp8", "pods": 1, "gpus_per_pod": 8},
