@@ -19,10 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import Max, OuterRef, Q, Subquery
+from django.db.models import Max, OuterRef, Subquery
 
 from portal.formatting import format_datetime
-from portal.roles import FINANCE_GROUP
+from portal.roles import admins_and_finance
 from queues.jobs.selectors import job_drain_notice
 from queues.models import (
     GPU_HOLDING_STATES,
@@ -255,11 +255,7 @@ def queue_notices(*, now: datetime) -> list[Notice]:
     """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
     queue has been past its target for at least that hour. To admins and finance, once per queue
     and day."""
-    staff = list(
-        User.objects.filter(is_active=True)
-        .filter(Q(is_staff=True) | Q(groups__name=FINANCE_GROUP))
-        .distinct()
-    )
+    staff = list(admins_and_finance())
     if not staff:
         return []
     notices = []
