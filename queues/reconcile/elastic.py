@@ -45,7 +45,7 @@ from queues.models import (
     PoolNode,
     ProvisioningState,
 )
-from queues.reconcile.view import ClusterView
+from queues.reconcile.facts import ClusterView
 
 logger = logging.getLogger(__name__)
 
