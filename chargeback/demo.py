@@ -43,9 +43,9 @@ from queues.models import (
 )
 from queues.policy.apply import policy_edit
 from queues.policy.export import policy_current
+from queues.reconcile.facts import ClusterView, CycleReport, conventions
 from queues.reconcile.nodes import nodes_sync
 from queues.reconcile.usage import usage_sync
-from queues.reconcile.view import ClusterView, CycleReport, conventions
 
 HISTORY_MONTHS = 3
 SEED = 29

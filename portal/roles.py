@@ -2,7 +2,11 @@
 
 - member: belongs to one or more teams (``Team.members``);
 - finance: in the ``finance`` group;
-- admin: ``is_staff``.
+- admin: ``is_staff`` (and superuser: ``/admin/``).
+
+This module is the only reader of ``is_staff`` (``tests/test_architecture.py`` checks it): every
+other check asks ``is_admin``, ``is_finance`` or ``admins_and_finance``; templates read
+``user_is_admin`` and ``user_is_finance`` from ``roles_context``.
 
 Finance and admin are given by hand (the Django admin, ``seed_demo``) or by an identity
 provider's groups at login (``queues/policy/groups.py``, through ``role_set``).
@@ -11,6 +15,7 @@ provider's groups at login (``queues/policy/groups.py``, through ``role_set``).
 from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, Group, User
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 
 FINANCE_GROUP = "finance"
@@ -32,6 +37,15 @@ def is_finance(user: Viewer) -> bool:
     if is_admin(user):
         return True
     return user.groups.filter(name=FINANCE_GROUP).exists()
+
+
+def admins_and_finance() -> QuerySet[User]:
+    """The active users who are admins or in finance (those told about the whole cluster)."""
+    return (
+        User.objects.filter(is_active=True)
+        .filter(Q(is_staff=True) | Q(groups__name=FINANCE_GROUP))
+        .distinct()
+    )
 
 
 def role_held(user: User, role: str) -> bool:

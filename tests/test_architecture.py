@@ -1,6 +1,7 @@
 """The layout's promises (docs/architecture.md), checked on the source: apps depend one way, the
 engine imports no Django, nothing imports the simulated cluster, no import hides in a function
-to dodge a cycle, and the production image leaves the simulator out."""
+to dodge a cycle, every import is absolute, only portal/roles.py reads who is an admin, and the
+production image leaves the simulator out."""
 
 from __future__ import annotations
 
@@ -140,6 +141,53 @@ def test_no_project_import_hides_inside_a_function(package):
         if nested and name.split(".")[0] in PROJECT and p.name != "apps.py"
     ]
     assert offending == []
+
+
+@pytest.mark.parametrize("package", [*PROJECT, "gpuportal", "bench", "tests"])
+def test_every_import_is_absolute(package):
+    # A relative import ("from .models import Job") names no package, so the layer and
+    # dependency checks above could not see it: the code base writes every import in full.
+    offending = [
+        f"{p.relative_to(ROOT)}:{node.lineno} imports {'.' * node.level}{node.module or ''}"
+        for p in (ROOT / package).rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert offending == []
+
+
+def _staff_reads(path: Path) -> list[str]:
+    """Where ``path`` reads or writes ``is_staff``: an attribute, a keyword of a query
+    (``is_staff=True``, ``is_staff__in``), or a field named in a string (``update_fields``).
+    A class that declares the attribute for a principal that is not a user is no read."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr == "is_staff":
+            found.append(node.lineno)
+        elif isinstance(node, ast.keyword) and (node.arg or "").split("__")[0] == "is_staff":
+            found.append(node.value.lineno)
+        elif isinstance(node, ast.Constant) and node.value == "is_staff":
+            found.append(node.lineno)
+    return [f"{path.relative_to(ROOT)}:{line}" for line in found]
+
+
+def test_only_portal_roles_decides_who_is_an_admin():
+    # One home for access checks: everything else asks portal.roles (is_admin, is_finance,
+    # admins_and_finance), templates its context (user_is_admin, user_is_finance).
+    offending = [
+        where
+        for package in ("portal", "queues", "chargeback")
+        for p in modules(package)
+        if p != ROOT / "portal" / "roles.py"
+        for where in _staff_reads(p)
+    ]
+    offending += [
+        f"{p.relative_to(ROOT)}"
+        for p in (ROOT / "templates").rglob("*.html")
+        if "is_staff" in p.read_text()
+    ]
+    assert offending == []
+    assert _staff_reads(ROOT / "portal" / "roles.py")  # the check sees a read where there is one
 
 
 def test_the_command_line_client_imports_no_django_and_nothing_of_the_portal():

@@ -15,6 +15,7 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from queues.admission.capability import CapabilityRequest, resolve_capability
+from queues.admission.pods import pod_gpu_eq, pods_held, request_mode
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     Node,
@@ -308,11 +309,10 @@ def _sharing(queue: Queue, capability: CapabilityRequest | None) -> tuple[str, s
     """The sharing mode a job asks for and its MIG profile: a MIG capability asks for slices;
     otherwise the queue's sharing decides."""
     profile = capability.mig_profile if capability else None
-    if profile is not None:
-        return MIG, profile
-    if queue.sharing is SharingMode.TIME_SLICED:
-        return TIME_SLICED, None
-    return EXCLUSIVE, None
+    mode = request_mode(
+        time_sliced_queue=queue.sharing is SharingMode.TIME_SLICED, mig_profile=profile
+    )
+    return mode, profile if mode == MIG else None
 
 
 def _refusal(
@@ -381,21 +381,23 @@ def _demand_and_shape(
     of the class could charge, so quota checks stay safe), and its pod shape there."""
     gpu = state.classes[name]
     hbm = 0
-    if mode == MIG:
-        per_pod = Fraction(gpu.spec.mig_profiles[profile or ""]) * job.gpus_per_pod
-    elif mode == TIME_SLICED:
+    replicas = 1
+    if mode == TIME_SLICED:
         pool = state.pools.get((name, TIME_SLICED, None))
         replicas = (
             min((state.nodes[i].time_slice_replicas for i in pool.nodes), default=1) if pool else 1
         )
-        per_pod = Fraction(job.gpus_per_pod, replicas)
         hbm = (
             job.memory_gb
             if job.memory_gb is not None
             else gpu.spec.hbm_gb // replicas * job.gpus_per_pod
         )
-    else:
-        per_pod = Fraction(job.gpus_per_pod)
+    per_pod = pod_gpu_eq(
+        mode,
+        gpus_per_pod=job.gpus_per_pod,
+        mig_share=Fraction(gpu.spec.mig_profiles[profile or ""]) if mode == MIG else Fraction(1),
+        least_replicas=replicas,
+    )
     topology = queue.required_topology if job.pods > 1 else TopologyScope.NONE
     shape = Shape(
         job.pods,
@@ -459,17 +461,6 @@ def _no_class_reason(
     return _no_match(message, details, hint)
 
 
-def pods_held(cpu: int, memory: int, pod_cpu: int, pod_memory: int, most: int) -> int:
-    """How many pods of ``pod_cpu`` millicores and ``pod_memory`` MiB a node allocating ``cpu``
-    and ``memory`` holds, at most ``most`` (a size the node does not report, 0, is no limit; nor
-    is a pod's 0)."""
-    if cpu and pod_cpu:
-        most = min(most, cpu // pod_cpu)
-    if memory and pod_memory:
-        most = min(most, memory // pod_memory)
-    return most
-
-
 def shape_on(state: State, shape: Shape, pool: Pool, job: PendingJob) -> Shape:
     """``shape`` (of the job on another pool) with the size limits of ``pool``'s nodes."""
     limits = _pod_limits(state, pool, job) if job.cpu_millicores or job.memory_mib else ()
@@ -481,17 +472,14 @@ def _pod_limits(state: State, pool: Pool, job: PendingJob) -> tuple[int, ...]:
     """How many of ``job``'s pods each local node of ``pool`` holds by its allocatable CPU and
     memory (a size a node does not report is no limit), capped at the job's pods; empty when no
     node limits it. Nodes come in a few sizes: the pool is grouped by size once per plan."""
-    key = ("node sizes", pool.gpu_class, pool.mode, pool.profile)
-    cached = state.memo.get(key)
-    grouped: dict[tuple[int, int], list[int]]
-    if isinstance(cached, dict):
-        grouped = cached
-    else:
+    key = (pool.gpu_class, pool.mode, pool.profile)
+    grouped = state.node_sizes_memo.get(key)
+    if grouped is None:
         grouped = {}
         for local, i in enumerate(pool.nodes):
             node = state.nodes[i]
             grouped.setdefault((node.cpu_millicores, node.memory_mib), []).append(local)
-        state.memo[key] = grouped
+        state.node_sizes_memo[key] = grouped
     limited: list[tuple[int, list[int]]] = []
     for (cpu, memory), locals_ in grouped.items():
         most = pods_held(cpu, memory, job.cpu_millicores, job.memory_mib, job.pods)

@@ -15,6 +15,8 @@ from typing import Any
 
 from queues.admission.asks import Ask, shape_on, smaller_pod_hint
 from queues.admission.capability import resolve_capability
+from queues.admission.entitlement import gpu_text, quota_most
+from queues.admission.pods import UNIT_WORDS
 from queues.admission.reasons import PendingReason, ReasonCode, time_text
 from queues.admission.snapshot import (
     COMING_MARK,
@@ -28,8 +30,6 @@ from queues.admission.state import MIG, TIME_SLICED, Pool, State, place, taint_k
 
 Option = tuple[CapacityKind, int | None, bool]
 
-UNIT_WORDS = {"x": "GPU", "m": "slice", "t": "replica"}
-
 
 def eq_value(state: State, units: int) -> Fraction:
     return Fraction(units, state.scale)
@@ -42,13 +42,6 @@ def eq_json(state: State, units: int) -> int | float:
 
 def eq_text(state: State, units: int) -> str:
     return gpu_text(eq_value(state, units))
-
-
-def gpu_text(value: Fraction) -> str:
-    """A GPU-equivalent amount for people: whole, or to two decimals."""
-    if value.denominator == 1:
-        return str(int(value))
-    return f"{float(value):.2f}".rstrip("0").rstrip(".")
 
 
 def plural(count: int, word: str) -> str:
@@ -128,7 +121,9 @@ def policy_cause(state: State, ask: Ask, gpu_class: str) -> PendingReason:
     message += f" (needs {text(demand)})"
     if not queue.can_borrow:
         message += f"; queue {queue.name} may not borrow"
-    most = use.nominal + (use.borrowing_limit if queue.can_borrow else 0)
+    most = quota_most(
+        nominal=use.nominal, borrowing_limit=use.borrowing_limit, may_borrow=queue.can_borrow
+    )
     # More than the team may ever hold on this class (and no reservation of its own to use):
     # waiting does not help here, another class the job may use does.
     never_here = demand > most and not state.holder_reservations(team, queue.name, gpu_class)
@@ -788,14 +783,8 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
     # devices freed on tainted nodes are no use to this queue, so a tainted pool's releases
     # depend on the tolerations
     tolerations = shape.tolerations if pool.tainted else frozenset()
-    memo_key = (
-        "releases",
-        id(pool),
-        tolerations,
-        shape.excluded,
-        state.class_version[gpu_class],
-    )
-    releases = state.memo.get(memo_key)
+    memo_key = (id(pool), tolerations, shape.excluded, state.class_version[gpu_class])
+    releases = state.releases_memo.get(memo_key)
     if releases is None:
         releases = sorted(
             (
@@ -812,8 +801,7 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
             )
             for alloc in state.class_allocs[gpu_class].values()
         )
-        state.memo[memo_key] = releases
-    assert isinstance(releases, list)
+        state.releases_memo[memo_key] = releases
     freed = 0
     stopping = running = False
     for end, is_stopping, devices in releases:

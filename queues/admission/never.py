@@ -12,21 +12,21 @@ Everything here depends on the snapshot only, so each kind of ask is judged once
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from queues.admission.asks import Ask, smaller_pod_hint
 from queues.admission.diagnose import (
-    UNIT_WORDS,
     eq_json,
-    eq_text,
     eq_value,
-    gpu_text,
     other_queues_taking,
     plural,
     taints_text,
     untolerated,
 )
+from queues.admission.entitlement import Entitlement, gpu_text, quota_hint
+from queues.admission.pods import UNIT_WORDS, fits_empty_nodes
 from queues.admission.reasons import PendingReason, ReasonCode
 from queues.admission.snapshot import WARM_TAINT
 from queues.admission.state import Pool, Shape, State, place
@@ -37,12 +37,11 @@ ANY_TAINT = frozenset({"*"})
 def never_fits(state: State, ask: Ask) -> PendingReason | None:
     """``NeverFits`` for ``ask`` when no class it may use could ever take it; None when one
     could (however long the wait)."""
-    key = ("never fits", ask.key, ask.queue.name, ask.job.user)
-    if key in state.memo:
-        cached = state.memo[key]
-        return cached if isinstance(cached, PendingReason) else None
+    key = (ask.key, ask.queue.name, ask.job.user)
+    if key in state.never_fits_memo:
+        return state.never_fits_memo[key]
     reason = _for_user(state, ask) or _for_classes(state, ask)
-    state.memo[key] = reason
+    state.never_fits_memo[key] = reason
     return reason
 
 
@@ -80,6 +79,12 @@ def user_limit_problem(
     return None
 
 
+def per_user_gpu_cap(stored: object) -> Fraction | None:
+    """A queue's stored per-user GPU cap (a number, or None) as the rules read it: unset or 0
+    is no cap."""
+    return Fraction(str(stored)) if stored else None
+
+
 def _for_user(state: State, ask: Ask) -> PendingReason | None:
     queue = ask.queue
     cap = queue.max_gpu_eq_per_user
@@ -100,12 +105,13 @@ def _for_user(state: State, ask: Ask) -> PendingReason | None:
 
 def _for_classes(state: State, ask: Ask) -> PendingReason | None:
     why: dict[str, str] = {}
-    most: dict[str, int] = {}  # per class, the most the team could ever hold
+    most: dict[str, Fraction] = {}  # per class, the most the team could ever hold
     for gpu_class in ask.classes:
-        entitled = _most_entitled(state, ask, gpu_class)
-        if ask.demand[gpu_class] > entitled:
-            why[gpu_class] = _entitlement_text(state, ask, gpu_class, entitled)
-            most[gpu_class] = entitled
+        entitled = entitlement_of(state, ask, gpu_class)
+        shortfall = entitled.shortfall(eq_value(state, ask.demand[gpu_class]))
+        if shortfall:
+            why[gpu_class] = shortfall
+            most[gpu_class] = entitled.most
             continue
         shape_problem = _shape_problem(state, ask, gpu_class)
         if shape_problem:
@@ -114,22 +120,27 @@ def _for_classes(state: State, ask: Ask) -> PendingReason | None:
         return None
     if not why:
         return None
-    message = "can never start: " + "; ".join(f"{c}: {text}" for c, text in why.items())
     details: dict[str, object] = {
         "gpu_classes": dict(why),
         "requested": {c: eq_json(state, ask.demand[c]) for c in why},
     }
     if most:
-        details["most_entitled"] = {c: eq_json(state, units) for c, units in most.items()}
+        details["most_entitled"] = {c: _json(value) for c, value in most.items()}
         if len(most) == len(why):  # only quota stands in the way: the class closest to enough
             details["team"] = ask.job.team
             details["quota_class"] = max(most, key=lambda c: (most[c], c))
-    return PendingReason(ReasonCode.NEVER_FITS, message, details, _hint(state, ask, most, why))
+    return PendingReason(
+        ReasonCode.NEVER_FITS, never_fits_message(why), details, _hint(state, ask, most, why)
+    )
 
 
-def _most_entitled(state: State, ask: Ask, gpu_class: str) -> int:
-    """The most scaled GPU-eq of ``gpu_class`` the job's team could ever hold for it: its largest
-    reservation open now or later, or its nominal quota plus the borrowing its queue allows."""
+def _json(value: Fraction) -> int | float:
+    return int(value) if value.denominator == 1 else round(float(value), 4)
+
+
+def entitlement_of(state: State, ask: Ask, gpu_class: str) -> Entitlement:
+    """The job's team's entitlement on ``gpu_class`` for the job's queue, from the snapshot:
+    its quota, and its largest reservation open now or later."""
     team = ask.job.team
     reserved = max(
         (
@@ -139,28 +150,83 @@ def _most_entitled(state: State, ask: Ask, gpu_class: str) -> int:
         ),
         default=0,
     )
-    if ask.queue.reservation_only:
-        return reserved
     key = (team, gpu_class)
-    quota = state.nominal.get(key, 0)
-    if ask.queue.can_borrow:
-        quota += state.borrow_limit.get(key, 0)
-    return max(reserved, quota)
+    return Entitlement(
+        team=team,
+        queue=ask.queue.name,
+        nominal=eq_value(state, state.nominal.get(key, 0)),
+        borrowing_limit=eq_value(state, state.borrow_limit.get(key, 0)),
+        reserved=eq_value(state, reserved),
+        may_borrow=ask.queue.can_borrow,
+        reservation_only=ask.queue.reservation_only,
+    )
 
 
-def _entitlement_text(state: State, ask: Ask, gpu_class: str, entitled: int) -> str:
-    team, queue = ask.job.team, ask.queue
-    needs = f"needs {eq_text(state, ask.demand[gpu_class])}"
-    if queue.reservation_only:
-        return f"{needs}; team {team}'s reservations hold at most {eq_text(state, entitled)}"
-    key = (team, gpu_class)
-    nominal = state.nominal.get(key, 0)
-    borrowing = state.borrow_limit.get(key, 0)
-    if queue.can_borrow:
-        terms = f"nominal {eq_text(state, nominal)} + borrowing {eq_text(state, borrowing)}"
-    else:
-        terms = f"nominal {eq_text(state, nominal)}; queue {queue.name} may not borrow"
-    return f"{needs}; team {team} may hold at most {eq_text(state, entitled)} ({terms})"
+def never_fits_message(why: Mapping[str, str]) -> str:
+    """``NeverFits``' message from why each GPU class can never take the job."""
+    return "can never start: " + "; ".join(f"{c}: {text}" for c, text in why.items())
+
+
+# Why a class cannot take a job: it has no node serving the kind of device the job asks for.
+NO_NODES = "the cluster has no nodes for this kind of request"
+# What to do when the class's nodes are the problem and nothing more precise applies.
+SHAPE_HINT = "ask for a shape the nodes can hold: fewer GPUs per pod, or less CPU or memory"
+
+
+def too_big_text(*, pods: int, devices_per_pod: int, unit: str, devices: Sequence[int]) -> str:
+    """Why ``pods`` pods of ``devices_per_pod`` devices never fit nodes offering ``devices``."""
+    return (
+        f"{plural(pods, 'pod')} × {plural(devices_per_pod, unit)} do not fit its "
+        f"{plural(len(devices), 'node')} even when they are empty "
+        f"(at most {plural(max(devices, default=0), unit)} a node)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClassView:
+    """One GPU class a request may use, as submission reads it before the job exists: the
+    team's entitlement there, what the job needs of it (GPU-equivalents), and the devices of
+    the request's kind each of its nodes offers (None: the cluster has not been seen yet)."""
+
+    name: str
+    entitlement: Entitlement
+    demand: Fraction
+    devices: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class NeverFitsProblem:
+    message: str
+    hint: str
+
+
+def request_never_fits(
+    *, team: str, pods: int, devices_per_pod: int, unit: str, classes: Sequence[ClassView]
+) -> NeverFitsProblem | None:
+    """``NeverFits`` for a request before it is stored, on the GPU classes it may use in cost
+    order: the engine's words for entitlement and for nodes too small for its pods. Taints,
+    topology and CPU or memory the engine judges once the job waits; a class whose nodes have
+    not been seen is given the benefit of the doubt."""
+    why: dict[str, str] = {}
+    most: dict[str, Fraction] = {}
+    for view in classes:
+        if shortfall := view.entitlement.shortfall(view.demand):
+            why[view.name] = shortfall
+            most[view.name] = view.entitlement.most
+        elif view.devices is None:
+            return None
+        elif not view.devices:
+            why[view.name] = NO_NODES
+        elif not fits_empty_nodes(view.devices, pods=pods, devices_per_pod=devices_per_pod):
+            why[view.name] = too_big_text(
+                pods=pods, devices_per_pod=devices_per_pod, unit=unit, devices=view.devices
+            )
+        else:
+            return None
+    if not why:
+        return None
+    hint = quota_hint(team, most) if len(most) == len(why) else SHAPE_HINT
+    return NeverFitsProblem(never_fits_message(why), hint)
 
 
 def _shape_problem(state: State, ask: Ask, gpu_class: str) -> str:
@@ -168,7 +234,7 @@ def _shape_problem(state: State, ask: Ask, gpu_class: str) -> str:
     do), with the numbers."""
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
     if pool is None:
-        return "the cluster has no nodes for this kind of request"
+        return NO_NODES
     shape = ask.shapes[gpu_class]
     if _fits_empty(state, pool, shape):
         return ""
@@ -210,13 +276,12 @@ def _shape_problem(state: State, ask: Ask, gpu_class: str) -> str:
             f"tolerate ({taints_text(state, pool, tainted, shape.tolerations)}), and only with "
             f"less CPU or memory per pod than {pod_size}"
         )
-    return (
-        f"{wanted} do not fit its {plural(len(pool.nodes), 'node')} even when they are empty "
-        f"(at most {plural(max(pool.total, default=0), unit)} a node)"
+    return too_big_text(
+        pods=ask.job.pods, devices_per_pod=ask.job.gpus_per_pod, unit=unit, devices=pool.total
     )
 
 
-def _hint(state: State, ask: Ask, most: dict[str, int], why: dict[str, str]) -> str:
+def _hint(state: State, ask: Ask, most: dict[str, Fraction], why: dict[str, str]) -> str:
     """What would make the job possible: a queue of the team that tolerates the taints, a pod
     size a node can hold, or asking for what the quota allows."""
     for gpu_class in why:
@@ -233,17 +298,8 @@ def _hint(state: State, ask: Ask, most: dict[str, int], why: dict[str, str]) -> 
     if smaller:
         return smaller_pod_hint(smaller, ask.job)
     if most and len(most) == len(why):
-        best_class = max(most, key=lambda c: (most[c], c))
-        if not most[best_class]:
-            return (
-                f"team {ask.job.team} holds no quota or reservation it may use here: "
-                "ask an admin for quota, or use another queue"
-            )
-        return (
-            f"ask for at most {eq_text(state, most[best_class])} GPU-equivalents "
-            f"({best_class}), or ask an admin for more quota"
-        )
-    return "ask for a shape the nodes can hold: fewer GPUs per pod, or less CPU or memory"
+        return quota_hint(ask.job.team, most)
+    return SHAPE_HINT
 
 
 def _tolerating_queue(state: State, ask: Ask, gpu_class: str) -> str:
@@ -268,13 +324,13 @@ def _fits_empty(state: State, pool: Pool, shape: Shape) -> bool:
         # a node held empty for a queue's warm floor (elastic.py) is a state the cluster leaves
         # as soon as that queue runs on it or the pool adds a node: a wait, not a never
         shape = replace(shape, tolerations=shape.tolerations | held)
-    key = ("fits-empty", id(pool), shape)
-    known = state.memo.get(key)
+    key = (id(pool), shape)
+    known = state.fits_empty_memo.get(key)
     if known is None:
         every = [True] * len(pool.nodes)
         known = (
             place(pool, shape, list(pool.total), eligible=every, hbm_free=pool.hbm_total)
             is not None
         )
-        state.memo[key] = known
-    return bool(known)
+        state.fits_empty_memo[key] = known
+    return known

@@ -101,12 +101,6 @@ class Forecast:
 NO_HISTORY = Forecast(1.0, 1.0, 1.0)
 
 
-# A pod's CPU and memory when a submission names none: the one default of the API, the submit
-# form and the request rules (a pending job always carries the size it was submitted with).
-DEFAULT_POD_CPU_MILLICORES = 1000
-DEFAULT_POD_MEMORY_MIB = 4096
-
-
 @dataclass(frozen=True, slots=True)
 class GpuClass:
     """A GPU class with the billing weight of the rate card in force (fair share uses it)."""

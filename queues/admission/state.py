@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 
+from queues.admission.reasons import PendingReason
 from queues.admission.snapshot import (
     CapacityKind,
     GpuClass,
@@ -35,6 +36,10 @@ from queues.admission.snapshot import (
 EXCLUSIVE = "x"
 MIG = "m"
 TIME_SLICED = "t"
+
+PoolKey = tuple[str, str, str | None]  # a pool's GPU class, mode and MIG profile
+# a pool (by ``id``), the tolerations and excluded nodes of a shape, the class's version
+ReleasesKey = tuple[int, frozenset[str], frozenset[int], int]
 
 
 def taint_key(taint: str) -> str:
@@ -237,7 +242,7 @@ class State:
         self.queues: dict[str, Queue] = {q.name: q for q in snapshot.queues}
         self.nodes: list[Node] = sorted(snapshot.nodes, key=lambda n: n.name)
         self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
-        self.pools: dict[tuple[str, str, str | None], Pool] = {}
+        self.pools: dict[PoolKey, Pool] = {}
         self.class_pools: dict[str, list[Pool]] = {}
         self.node_pools: list[list[Pool]] = [[] for _ in self.nodes]
         self.node_eligible: list[bool] = []
@@ -264,7 +269,18 @@ class State:
         self.holders: dict[tuple[str, str], list[int]] = {}
         self.outside: dict[str, int] = {name: 0 for name in self.classes}
         self.user_allocs: dict[tuple[str, str], dict[JobId, Alloc]] = {}
-        self.memo: dict[tuple[object, ...], object] = {}  # per-version caches of hint lookups
+        # Per-plan caches, each keyed and valued by what it keeps. ``memo`` is the engine pass's
+        # own (engine.py: jobs by end per class and state version).
+        self.memo: dict[tuple[object, ...], object] = {}
+        # never.py: the verdict per ask (``Ask.key``), queue and user; whether a shape fits a
+        # pool (by ``id``) once it is empty
+        self.never_fits_memo: dict[tuple[int, str, str], PendingReason | None] = {}
+        self.fits_empty_memo: dict[tuple[int, Shape], bool] = {}
+        # asks.py: a pool's local nodes grouped by (allocatable CPU, memory), per pool key
+        self.node_sizes_memo: dict[PoolKey, dict[tuple[int, int], list[int]]] = {}
+        # diagnose.py: per pool, tolerations, excluded nodes and class version, what each of
+        # the class's jobs gives back and when, sorted by end
+        self.releases_memo: dict[ReleasesKey, list[tuple[datetime, bool, int]]] = {}
         # ``Ask.key`` numbers (``ask_key``); a copy made for a replay shares them
         self.ask_keys: dict[tuple[object, ...], int] = {}
         # Counts every change of what jobs hold, of reservations and of node eligibility (not

@@ -66,7 +66,8 @@ def with_pool_terms(queues: QuerySet[Queue]) -> QuerySet[Queue]:
     )
 
 
-def teams_of(user: User) -> QuerySet[Team]:
+def teams_for(user: User) -> QuerySet[Team]:
+    """The active teams ``user`` is a member of, by name."""
     return Team.objects.active().filter(members=user).order_by("name")
 
 

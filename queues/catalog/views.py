@@ -19,7 +19,7 @@ from queues.catalog.selectors import (
     queue_wait_history,
     queues_live,
     queues_visible_to,
-    teams_of,
+    teams_for,
     with_pool_terms,
 )
 
@@ -35,7 +35,7 @@ def catalog(request: PortalRequest) -> HttpResponse:
         "queues/catalog.html",
         {
             "queues": [(queue, live[queue.pk]) for queue in queues],
-            "my_teams": teams_of(request.user),
+            "my_teams": teams_for(request.user),
             "availability": availability,
             "free_devices": free_devices(),
             "node_pools": node_pools_now(classes) if classes else [],
@@ -65,7 +65,7 @@ def queue_detail(request: PortalRequest, name: str) -> HttpResponse:
         {
             "queue": queue,
             "capabilities": capabilities,
-            "my_teams": teams_of(request.user),
+            "my_teams": teams_for(request.user),
             "live": live,
             "pending": pending,
             "pending_total": pending_total,

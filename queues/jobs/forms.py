@@ -18,8 +18,8 @@ from portal.formatting import (
     parse_duration,
     parse_memory_mib,
 )
-from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
-from queues.catalog.selectors import queues_visible_to, teams_of
+from queues.admission.pods import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
+from queues.catalog.selectors import queues_visible_to, teams_for
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.jobs.requests import (
     FORM_SECRET_PREFIX,
@@ -267,7 +267,7 @@ class JobForm(forms.Form):
     def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.user = user
-        teams = list(teams_of(user))
+        teams = list(teams_for(user))
         self.queues = list(queues_visible_to(user).order_by("-priority", "name"))
         self.fields["team"].widget.choices = [("", "---------")] + [(t.name, str(t)) for t in teams]
         self.fields["queue"].widget.choices = [("", "---------")] + [

@@ -12,7 +12,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from queues import admission as engine
-from queues.jobs.requests import JobRequest, job_request_errors, pending_cap_errors
+from queues.jobs.requests import (
+    JobRequest,
+    RequestLookups,
+    job_request_errors,
+    pending_cap_errors,
+)
 from queues.jobs.selectors import hourly_cost
 from queues.models import CapabilityClass, Job, JobState, Queue
 from queues.reconcile.snapshot import snapshot_build
@@ -216,7 +221,7 @@ def acceptable_for(request: JobRequest) -> engine.Acceptable:
     suggestion is only one a person can follow."""
     queues = {q.name: q for q in Queue.objects.active()}
     capabilities = {c.name: c for c in CapabilityClass.objects.active()}
-    cache: dict[Any, Any] = {}
+    lookups = RequestLookups()
 
     def acceptable(queue: str, capability: str) -> bool:
         if queue not in queues or capability not in capabilities:
@@ -224,6 +229,6 @@ def acceptable_for(request: JobRequest) -> engine.Acceptable:
         moved = dataclasses.replace(
             request, queue=queues[queue], capability_class=capabilities[capability]
         )
-        return not job_request_errors(moved, cache=cache)
+        return not job_request_errors(moved, lookups=lookups)
 
     return acceptable

@@ -18,21 +18,32 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
-from django.db.models import Count, Exists, Q
+from django.db.models import Count, Exists, Q, QuerySet
 from django.utils import timezone
 
 from portal.formatting import HIDDEN_CHARACTERS, display, format_duration, has_hidden_characters
 from portal.masking import MASK, looks_secret, shown_env
-from queues.admission.asks import pods_held
-from queues.admission.never import user_limit_problem
-from queues.admission.snapshot import (
+from queues.admission.entitlement import Entitlement
+from queues.admission.never import (
+    ClassView,
+    per_user_gpu_cap,
+    request_never_fits,
+    user_limit_problem,
+)
+from queues.admission.pods import (
     DEFAULT_POD_CPU_MILLICORES,
     DEFAULT_POD_MEMORY_MIB,
-    borrowing_allowed,
+    UNIT_WORDS,
+    NodeSize,
+    node_devices,
+    pod_gpu_eq,
+    pod_size_problems,
+    request_mode,
 )
+from queues.admission.snapshot import borrowing_allowed
 from queues.cluster.manifests import ENV_NAME, RESERVED_ENV_PREFIX
 from queues.cluster.secrets import EnvValue, SecretKeyRef, env_of_json
 from queues.models import (
@@ -43,6 +54,7 @@ from queues.models import (
     Node,
     Queue,
     Quota,
+    RateCard,
     Reservation,
     SharingMode,
     SubmissionSettings,
@@ -189,30 +201,30 @@ def resubmit_values(job: Job) -> tuple[dict[str, Any], list[str]]:
 
 
 def job_request_errors(
-    request: JobRequest, *, cache: dict[Any, Any] | None = None
+    request: JobRequest, *, lookups: RequestLookups | None = None
 ) -> dict[str, list[str]]:
     """Every way ``request`` breaks a rule, by field (empty: it keeps them all): first its values
     (sizes, characters, what the database can store), then its queue's terms. A field whose value
-    is already wrong is not also judged against the terms. ``cache`` remembers what was read for
-    the requests of one batch (memberships, node sizes)."""
-    cache = {} if cache is None else cache
-    errors = request_value_errors(request, cache=cache)
+    is already wrong is not also judged against the terms. ``lookups`` remembers what was read
+    for the requests of one batch (memberships, quotas, nodes)."""
+    lookups = RequestLookups() if lookups is None else lookups
+    errors = request_value_errors(request, lookups=lookups)
     # Sizes out of every bound are not measured against the terms (their arithmetic, with
     # 10**25 pods, overflows what any message can show); the names' rules still apply.
     judge = request_access_errors if errors.keys() & SIZE_FIELDS else request_term_errors
-    for field_name, messages in judge(request, cache=cache).items():
+    for field_name, messages in judge(request, lookups=lookups).items():
         if field_name not in errors:
             errors[field_name] = messages
     return errors
 
 
 def request_value_errors(
-    request: JobRequest, *, cache: dict[Any, Any] | None = None
+    request: JobRequest, *, lookups: RequestLookups | None = None
 ) -> dict[str, list[str]]:
     """What is wrong with the request's values on their own, by field (with the policy's
-    allowance of plain secret-looking variables, remembered in ``cache``)."""
+    allowance of plain secret-looking variables, remembered in ``lookups``)."""
     errors: dict[str, list[str]] = {}
-    cache = {} if cache is None else cache
+    lookups = RequestLookups() if lookups is None else lookups
 
     def refuse(field_name: str, message: str | None) -> None:
         if message:
@@ -222,7 +234,7 @@ def request_value_errors(
     refuse("image", _image_problem(request.image))
     refuse("command", _list_problem(request.command))
     refuse("args", _list_problem(request.args))
-    for message in env_problems(request, allowed=lambda: plain_env_names_allowed(cache)):
+    for message in env_problems(request, allowed=lambda: plain_env_names_allowed(lookups)):
         refuse("env", message)
     for message in env_from_problems(request.env_from):
         refuse("env_from", message)
@@ -374,19 +386,17 @@ def secret_key_problem(key: str) -> str | None:
     return None
 
 
-def plain_env_names_allowed(cache: dict[Any, Any]) -> frozenset[str]:
+def plain_env_names_allowed(lookups: RequestLookups) -> frozenset[str]:
     """The secret-looking variable names the policy lets carry a plain value (``submissions``
-    section), read once per ``cache``."""
-    key = "plain env names allowed"
-    if key not in cache:
+    section), read once per ``lookups``."""
+    if lookups.plain_env_names is None:
         names = (
             SubmissionSettings.objects.filter(pk=1)
             .values_list("plain_env_names_allowed", flat=True)
             .first()
         )
-        cache[key] = frozenset(names or ())
-    allowed: frozenset[str] = cache[key]
-    return allowed
+        lookups.plain_env_names = frozenset(names or ())
+    return lookups.plain_env_names
 
 
 def _count_problem(value: int) -> str | None:
@@ -458,11 +468,11 @@ def pending_cap_errors(requests: Sequence[JobRequest]) -> dict[int, dict[str, li
 
 
 def request_term_errors(
-    request: JobRequest, *, cache: dict[Any, Any] | None = None
+    request: JobRequest, *, lookups: RequestLookups | None = None
 ) -> dict[str, list[str]]:
     """Every way ``request`` breaks its queue's terms, by field."""
-    cache = {} if cache is None else cache
-    errors = request_access_errors(request, cache=cache)
+    lookups = RequestLookups() if lookups is None else lookups
+    errors = request_access_errors(request, lookups=lookups)
     queue = request.queue
 
     def refuse(field_name: str, message: str) -> None:
@@ -484,10 +494,7 @@ def request_term_errors(
     user_limit = user_limit_problem(
         queue=queue.name,
         max_running_jobs_per_user=queue.max_running_jobs_per_user,
-        # no cap when unset or 0, as the engine reads the queue (reconcile snapshot)
-        max_gpu_eq_per_user=(
-            Fraction(str(queue.max_gpus_per_user)) if queue.max_gpus_per_user else None
-        ),
+        max_gpu_eq_per_user=per_user_gpu_cap(queue.max_gpus_per_user),
         demand=request.gpu_equivalents,
     )
     if user_limit is not None:
@@ -507,34 +514,39 @@ def request_term_errors(
             "time-sliced GPUs share their memory: declare how much your job uses",
         )
     if not errors:  # a request refused for other reasons is not also judged for ever
-        for field_name, messages in never_fits_problems(request, cache=cache).items():
+        for field_name, messages in never_fits_problems(request, lookups=lookups).items():
             for message in messages:
                 refuse(field_name, message)
-    if ("node sizes", queue.pk) not in cache:
-        cache["node sizes", queue.pk] = node_sizes(queue)
-    for field_name, messages in pod_size_problems(request, cache["node sizes", queue.pk]).items():
+    if queue.pk not in lookups.node_sizes:
+        lookups.node_sizes[queue.pk] = node_sizes(queue)
+    for field_name, messages in pod_size_problems(
+        queue=queue.name,
+        cpu_millicores=request.cpu_millicores_per_pod,
+        memory_mib=request.memory_mib_per_pod,
+        sizes=lookups.node_sizes[queue.pk],
+    ).items():
         for message in messages:
             refuse(field_name, message)
     return errors
 
 
 def request_access_errors(
-    request: JobRequest, *, cache: dict[Any, Any] | None = None
+    request: JobRequest, *, lookups: RequestLookups | None = None
 ) -> dict[str, list[str]]:
     """Whether the owner may use the team, the team the queue, and the queue the capability
     class: the rules that need nothing but those three names (the form reports them even while
     other fields are still unreadable)."""
     errors: dict[str, list[str]] = {}
     team, queue, capability_class = request.team, request.queue, request.capability_class
-    cache = {} if cache is None else cache
+    lookups = RequestLookups() if lookups is None else lookups
 
     def refuse(field_name: str, message: str) -> None:
         errors.setdefault(field_name, []).append(message)
 
-    key = (request.owner.pk, team.pk, queue.pk, capability_class.pk)
-    if key not in cache:
-        cache[key] = _access(request)
-    access: Access = cache[key]
+    key = AccessKey(request.owner.pk, team.pk, queue.pk, capability_class.pk)
+    if key not in lookups.access:
+        lookups.access[key] = _access(request)
+    access = lookups.access[key]
     if not access.member:
         refuse("team", f"you are not a member of team {team.name}")
     if not queue.active or not access.team_allowed:
@@ -556,61 +568,92 @@ def request_access_errors(
 
 
 def never_fits_problems(
-    request: JobRequest, *, cache: dict[Any, Any] | None = None
+    request: JobRequest, *, lookups: RequestLookups | None = None
 ) -> dict[str, list[str]]:
-    """A request no state of the cluster could ever admit, refused at submit: on every GPU class
-    its capability class resolves to in its queue, it needs more than its team may ever hold
-    there (nominal quota plus the borrowing its queue allows, or its largest reservation), or
-    more than the cluster has of that class. This is the cheap part of the engine's
-    ``NeverFits`` (queues/admission/never.py), which also judges shapes, taints and node sizes
-    once a job waits; a class whose nodes the portal has not seen yet is given the benefit of
-    the doubt."""
-    cache = {} if cache is None else cache
-    queue, team = request.queue, request.team
-    key = ("classes", queue.pk, request.capability_class.pk)
-    classes = _classes_of(request, cache)
+    """A request no state of the cluster could ever admit, refused at submit with the engine's
+    ``NeverFits`` words (``queues.admission.never.request_never_fits``): on every GPU class its
+    capability class resolves to in its queue, it needs more than its team may ever hold there,
+    or its pods do not fit the class's nodes even when they are empty. The engine also judges
+    taints, topology and CPU or memory once a job waits; a class whose nodes the portal has not
+    seen yet is given the benefit of the doubt."""
+    lookups = RequestLookups() if lookups is None else lookups
+    classes = _classes_of(request, lookups)
     if not classes:
         return {}  # the engine says NoMatchingGpuClass, with each class's reason
-    if ("class nodes", key) not in cache:
-        cache["class nodes", key] = _class_nodes([g.pk for g in classes])
-    nodes = cache["class nodes", key]
-    if "any node" not in cache:
-        cache["any node"] = Node.objects.exists()
-    if cache["any node"] and not any(nodes.get(g.pk) for g in classes):
+    nodes = _class_nodes(classes, lookups)
+    seen = _any_node(lookups)
+    if seen and not any(nodes[g.pk] for g in classes):
         # The cluster has been seen, and it has none of the GPUs this request can use: no
         # quota would help, the capability class (or the queue) is what to change.
         return {"capability_class": [_no_node_text(request, classes)]}
-    problems = []
-    for gpu_class in classes:
-        held = nodes.get(gpu_class.pk, [])
-        if cache["any node"] and not held:
-            problems.append(f"{gpu_class.name}: no {gpu_class.name} node exists")
-            continue
-        replicas = max((r for _, _, r in held), default=1)
-        need = (
-            request.pods
-            * request.gpus_per_pod
-            * gpu_class.device_share(request.capability_class.mig_profile, replicas)
+    mode = request_mode(
+        time_sliced_queue=request.queue.sharing_mode == SharingMode.TIME_SLICED,
+        mig_profile=request.capability_class.mig_profile,
+    )
+    weights = _class_weights(lookups)
+    views = [
+        view
+        for gpu_class in sorted(classes, key=lambda g: (weights.get(g.pk, Fraction(1)), g.name))
+        if (view := _class_view(request, gpu_class, nodes[gpu_class.pk], mode, seen, lookups))
+    ]
+    problem = request_never_fits(
+        team=request.team.name,
+        pods=request.pods,
+        devices_per_pod=request.gpus_per_pod,
+        unit=UNIT_WORDS[mode],
+        classes=views,
+    )
+    return {} if problem is None else {"gpus_per_pod": [f"{problem.message}: {problem.hint}"]}
+
+
+def _class_view(
+    request: JobRequest,
+    gpu_class: GpuClass,
+    nodes: list[ClassNode],
+    mode: str,
+    seen: bool,
+    lookups: RequestLookups,
+) -> ClassView | None:
+    """The request on one GPU class, as the engine would see it; None when the class has no
+    node serving the request's kind of device (the engine does not consider it either)."""
+    profile = request.capability_class.mig_profile or None
+    if profile and profile not in gpu_class.mig_profiles:
+        return None
+    devices = tuple(
+        d
+        for n in nodes
+        if (
+            d := node_devices(
+                mode,
+                profile,
+                gpus=n.gpus,
+                mig_layout=n.mig_layout,
+                time_slice_replicas=n.time_slice_replicas,
+            )
         )
-        entitled_key = ("entitled", team.pk, queue.pk, gpu_class.pk)
-        if entitled_key not in cache:
-            cache[entitled_key] = _most_entitled(request, gpu_class)
-        most, terms = cache[entitled_key]
-        if need > most:
-            problems.append(f"{gpu_class.name}: team {team.name} may hold at most {terms}")
-            continue
-        have = sum((gpu_class.node_capacity(n, layout) for n, layout, _ in held), Fraction(0))
-        if held and need > have:
-            problems.append(f"{gpu_class.name}: the cluster has {_fraction_text(have)} in all")
-            continue
-        return {}
-    return {
-        "gpus_per_pod": [
-            f"{request.pods} pod(s) × {request.gpus_per_pod} = "
-            f"{_fraction_text(request.gpu_equivalents)} GPU-equivalents can never start in queue "
-            f"{queue.name}: " + "; ".join(problems)
-        ]
-    }
+        is not None
+    )
+    if seen and not devices:
+        return None
+    per_pod = pod_gpu_eq(
+        mode,
+        gpus_per_pod=request.gpus_per_pod,
+        mig_share=gpu_class.mig_share(profile) if profile else Fraction(1),
+        least_replicas=min(
+            (
+                n.time_slice_replicas
+                for n in nodes
+                if n.time_slice_replicas > 1 and not n.mig_layout
+            ),
+            default=1,
+        ),
+    )
+    return ClassView(
+        name=gpu_class.name,
+        entitlement=_entitlement(request, gpu_class, lookups),
+        demand=per_pod * request.pods,
+        devices=devices if seen else None,
+    )
 
 
 def _no_node_text(request: JobRequest, classes: list[GpuClass]) -> str:
@@ -628,28 +671,109 @@ def _no_node_text(request: JobRequest, classes: list[GpuClass]) -> str:
     )
 
 
-def _classes_of(request: JobRequest, cache: dict[Any, Any]) -> list[GpuClass]:
+class AccessKey(NamedTuple):
+    owner: int
+    team: int
+    queue: int
+    capability_class: int
+
+
+class ClassesKey(NamedTuple):
+    queue: int
+    capability_class: int
+
+
+class EntitlementKey(NamedTuple):
+    team: int
+    queue: int
+    gpu_class: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClassNode:
+    """A node of a GPU class as never-fits reads it, whatever its health (a node in maintenance
+    or broken comes back): its GPUs, MIG layout and time-slice replicas."""
+
+    gpus: int
+    mig_layout: dict[str, int]
+    time_slice_replicas: int
+
+
+@dataclass(slots=True)
+class RequestLookups:
+    """What checking the requests of one submission, batch or preview reads from the database,
+    each thing once (keys are ids): the policy's plain secret-looking names, whether the cluster
+    has been seen, the rate card's class weights, and per request the owner's access, the GPU
+    classes its capability class resolves to, their nodes, the team's entitlements and the
+    queue's node sizes. ``requests_prefetch`` fills it for a whole batch in a few queries."""
+
+    plain_env_names: frozenset[str] | None = None
+    any_node: bool | None = None
+    class_weights: dict[int, Fraction] | None = None
+    access: dict[AccessKey, Access] = field(default_factory=dict)
+    classes: dict[ClassesKey, list[GpuClass]] = field(default_factory=dict)
+    class_nodes: dict[int, list[ClassNode]] = field(default_factory=dict)
+    entitlements: dict[EntitlementKey, Entitlement] = field(default_factory=dict)
+    node_sizes: dict[int, list[NodeSize]] = field(default_factory=dict)
+
+
+def _classes_of(request: JobRequest, lookups: RequestLookups) -> list[GpuClass]:
     """The GPU classes the request's capability class resolves to in its queue (remembered)."""
     queue = request.queue
-    key = ("classes", queue.pk, request.capability_class.pk)
-    if key not in cache:
+    key = ClassesKey(queue.pk, request.capability_class.pk)
+    if key not in lookups.classes:
         allowed = list(queue.allowed_gpu_classes.filter(active=True)) or list(
             GpuClass.objects.active()
         )
         matches = set(request.capability_class.resolve(allowed).matches)
-        cache[key] = [g for g in allowed if g.name in matches]
-    classes: list[GpuClass] = cache[key]
-    return classes
+        lookups.classes[key] = [g for g in allowed if g.name in matches]
+    return lookups.classes[key]
 
 
-def requests_prefetch(requests: list[JobRequest], cache: dict[Any, Any]) -> None:
-    """Read into ``cache``, in a few queries for the whole batch, what checking ``requests``
+def _any_node(lookups: RequestLookups) -> bool:
+    """Whether the cluster has been seen: any node mirrored at all."""
+    if lookups.any_node is None:
+        lookups.any_node = Node.objects.exists()
+    return lookups.any_node
+
+
+def _class_weights(lookups: RequestLookups) -> dict[int, Fraction]:
+    """The billing weight of each GPU class on the rate card in force (the engine tries
+    classes cheapest first; a class without one weighs 1)."""
+    if lookups.class_weights is None:
+        card = RateCard.objects.in_force(timezone.now())
+        lookups.class_weights = (
+            {
+                class_id: Fraction(str(weight))
+                for class_id, weight in card.weights.values_list("gpu_class_id", "weight")
+            }
+            if card
+            else {}
+        )
+    return lookups.class_weights
+
+
+def _class_nodes(classes: list[GpuClass], lookups: RequestLookups) -> dict[int, list[ClassNode]]:
+    """Per GPU class of ``classes``, its nodes (read once per class)."""
+    missing = [g.pk for g in classes if g.pk not in lookups.class_nodes]
+    if missing:
+        for class_id in missing:
+            lookups.class_nodes[class_id] = []
+        for class_id, gpus, layout, replicas in Node.objects.filter(
+            gpu_class_id__in=missing
+        ).values_list("gpu_class_id", "gpu_count", "mig_layout", "time_slice_replicas"):
+            lookups.class_nodes[class_id].append(ClassNode(gpus, layout or {}, replicas))
+    return {g.pk: lookups.class_nodes[g.pk] for g in classes}
+
+
+def requests_prefetch(requests: list[JobRequest], lookups: RequestLookups) -> None:
+    """Read into ``lookups``, in a few queries for the whole batch, what checking ``requests``
     needs per team: memberships, the queues' teams and capability classes, quotas and
     reservations. A batch spread over thirty teams then costs what one of one team does; the
-    rules read the cache exactly as they would have read the database one team at a time."""
-    keys = {(r.owner.pk, r.team.pk, r.queue.pk, r.capability_class.pk) for r in requests}
-    owners, teams = {k[0] for k in keys}, {k[1] for k in keys}
-    queues, capabilities = {k[2] for k in keys}, {k[3] for k in keys}
+    rules read the lookups exactly as they would have read the database one team at a time."""
+    keys = {AccessKey(r.owner.pk, r.team.pk, r.queue.pk, r.capability_class.pk) for r in requests}
+    owners, teams = {k.owner for k in keys}, {k.team for k in keys}
+    queues, capabilities = {k.queue for k in keys}, {k.capability_class for k in keys}
     members = set(
         TeamMembership.objects.filter(user_id__in=owners, team_id__in=teams).values_list(
             "user_id", "team_id"
@@ -665,111 +789,87 @@ def requests_prefetch(requests: list[JobRequest], cache: dict[Any, Any]) -> None
             queue_id__in=queues, capabilityclass_id__in=capabilities
         ).values_list("queue_id", "capabilityclass_id")
     )
-    for owner, team, queue, capability in keys:
-        cache.setdefault(
-            (owner, team, queue, capability),
+    for key in keys:
+        lookups.access.setdefault(
+            key,
             Access(
-                (owner, team) in members,
-                (queue, team) in queue_teams,
-                (queue, capability) in queue_capabilities,
+                (key.owner, key.team) in members,
+                (key.queue, key.team) in queue_teams,
+                (key.queue, key.capability_class) in queue_capabilities,
             ),
         )
     wanted = {
-        (r.team.pk, r.queue.pk, gpu_class.pk): r
+        EntitlementKey(r.team.pk, r.queue.pk, gpu_class.pk): r
         for r in requests
-        for gpu_class in _classes_of(r, cache)
+        for gpu_class in _classes_of(r, lookups)
     }
-    class_ids = {k[2] for k in wanted}
+    class_ids = {k.gpu_class for k in wanted}
     quotas = {
         (q.team_id, q.gpu_class_id): q
         for q in Quota.objects.filter(team_id__in=teams, gpu_class_id__in=class_ids)
     }
     reservations = list(
-        _active_reservations()
+        _open_reservations()
         .filter(team_id__in=teams, gpu_class_id__in=class_ids)
         .values_list("team_id", "gpu_class_id", "queue_id", "amount")
     )
-    for (team, queue, class_id), request in wanted.items():
+    for wanted_key, request in wanted.items():
         reserved = max(
             (
                 Fraction(str(amount))
                 for t, c, q, amount in reservations
-                if (t, c) == (team, class_id) and q in (None, queue)
+                if (t, c) == (wanted_key.team, wanted_key.gpu_class)
+                and q in (None, wanted_key.queue)
             ),
             default=Fraction(0),
         )
-        cache.setdefault(
-            ("entitled", team, queue, class_id),
-            _entitlement(request, quotas.get((team, class_id)), reserved),
+        lookups.entitlements.setdefault(
+            wanted_key,
+            entitlement_for(request, quotas.get((wanted_key.team, wanted_key.gpu_class)), reserved),
         )
 
 
-def _active_reservations() -> Any:
+def _open_reservations() -> QuerySet[Reservation]:
+    """Reservations open now or later (the engine's, ``entitlement_of``)."""
     return Reservation.objects.active().filter(
         Q(ends_at__isnull=True) | Q(ends_at__gt=timezone.now())
     )
 
 
-def _most_entitled(request: JobRequest, gpu_class: GpuClass) -> tuple[Fraction, str]:
-    """The most GPU-equivalents of ``gpu_class`` the team could ever hold for this request, and
-    how that is made up."""
+def _entitlement(request: JobRequest, gpu_class: GpuClass, lookups: RequestLookups) -> Entitlement:
+    """The request's team's entitlement on ``gpu_class`` for its queue (remembered)."""
     queue, team = request.queue, request.team
-    reserved = max(
-        (
-            Fraction(str(amount))
-            for amount in _active_reservations()
-            .filter(team=team, gpu_class=gpu_class)
-            .filter(Q(queue__isnull=True) | Q(queue=queue))
-            .values_list("amount", flat=True)
-        ),
-        default=Fraction(0),
-    )
-    return _entitlement(
-        request, Quota.objects.filter(team=team, gpu_class=gpu_class).first(), reserved
-    )
-
-
-def _entitlement(
-    request: JobRequest, quota: Quota | None, reserved: Fraction
-) -> tuple[Fraction, str]:
-    """``_most_entitled`` from the team's quota on the class and its largest reservation."""
-    queue = request.queue
-    reservation = f"; its largest reservation holds {_fraction_text(reserved)}" if reserved else ""
-    if queue.reservation_only:
-        only = f"its reservations; queue {queue.name} runs only on them"
-        return (
-            reserved,
-            f"{_fraction_text(reserved)} ({only})",
+    key = EntitlementKey(team.pk, queue.pk, gpu_class.pk)
+    if key not in lookups.entitlements:
+        reserved = max(
+            (
+                Fraction(str(amount))
+                for amount in _open_reservations()
+                .filter(team=team, gpu_class=gpu_class)
+                .filter(Q(queue__isnull=True) | Q(queue=queue))
+                .values_list("amount", flat=True)
+            ),
+            default=Fraction(0),
         )
-    nominal = Fraction(str(quota.nominal)) if quota else Fraction(0)
-    borrowing = Fraction(str(quota.borrowing_limit)) if quota else Fraction(0)
-    if borrowing_allowed(may_borrow=queue.may_borrow, preemption=queue.preemption_class):
-        total = nominal + borrowing
-        terms = f"nominal {_fraction_text(nominal)} + borrowing {_fraction_text(borrowing)}"
-    else:
-        total = nominal
-        terms = f"nominal {_fraction_text(nominal)}; queue {queue.name} may not borrow"
-    most = max(total, reserved)
-    return most, f"{_fraction_text(most)} ({terms}{reservation})"
+        quota = Quota.objects.filter(team=team, gpu_class=gpu_class).first()
+        lookups.entitlements[key] = entitlement_for(request, quota, reserved)
+    return lookups.entitlements[key]
 
 
-def _class_nodes(class_ids: list[int]) -> dict[int, list[tuple[int, dict[str, int], int]]]:
-    """Per GPU class, each node's (GPUs, MIG layout, time-slice replicas), whatever its health:
-    a node in maintenance or broken comes back."""
-    nodes: dict[int, list[tuple[int, dict[str, int], int]]] = {}
-    for class_id, gpus, layout, replicas in Node.objects.filter(
-        gpu_class_id__in=class_ids
-    ).values_list("gpu_class_id", "gpu_count", "mig_layout", "time_slice_replicas"):
-        nodes.setdefault(class_id, []).append((gpus, layout or {}, replicas))
-    return nodes
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSize:
-    """What a node allocates to pods, as the cluster last reported it (0: it did not say)."""
-
-    cpu_millicores: int
-    memory_mib: int
+def entitlement_for(request: JobRequest, quota: Quota | None, reserved: Fraction) -> Entitlement:
+    """The typed view of the team's entitlement the admission rule reads, from its quota on the
+    class and its largest open reservation there."""
+    queue = request.queue
+    may_borrow = borrowing_allowed(may_borrow=queue.may_borrow, preemption=queue.preemption_class)
+    return Entitlement(
+        team=request.team.name,
+        queue=queue.name,
+        nominal=Fraction(str(quota.nominal)) if quota else Fraction(0),
+        borrowing_limit=Fraction(str(quota.borrowing_limit)) if quota else Fraction(0),
+        reserved=reserved,
+        may_borrow=may_borrow,
+        reservation_only=queue.reservation_only,
+    )
 
 
 def node_sizes(queue: Queue) -> list[NodeSize]:
@@ -785,38 +885,6 @@ def node_sizes(queue: Queue) -> list[NodeSize]:
         .values_list("cpu_millicores", "memory_mib")
         .distinct()
     ]
-
-
-def pod_size_problems(request: JobRequest, sizes: list[NodeSize]) -> dict[str, list[str]]:
-    """What is wrong, by field, with a pod no node of the queue could hold. The engine plans
-    GPUs; CPU and memory only the cluster's scheduler places, and it would leave such a pod
-    unschedulable. Nothing is refused while a node's size is unknown (no node mirrored yet, or
-    one not saying)."""
-    if not sizes or any(not s.cpu_millicores or not s.memory_mib for s in sizes):
-        return {}
-    cpu, memory = request.cpu_millicores_per_pod, request.memory_mib_per_pod
-    queue = request.queue.name
-    problems: dict[str, list[str]] = {}
-    most_cpu = max(s.cpu_millicores for s in sizes)
-    most_memory = max(s.memory_mib for s in sizes)
-    if cpu > most_cpu:
-        problems["cpu_millicores_per_pod"] = [
-            f"{cpu / 1000:g} CPU cores per pod is more than any node of queue {queue} can give a "
-            f"pod (the largest has {most_cpu / 1000:g} CPU cores allocatable)"
-        ]
-    if memory > most_memory:
-        problems["memory_mib_per_pod"] = [
-            f"{memory:,} MiB per pod is more than any node of queue {queue} can give a pod "
-            f"(the largest has {most_memory:,} MiB allocatable)"
-        ]
-    if not problems and not any(
-        pods_held(s.cpu_millicores, s.memory_mib, cpu, memory, 1) for s in sizes
-    ):
-        problems["cpu_millicores_per_pod"] = [
-            f"no node of queue {queue} has both {cpu / 1000:g} CPU cores and {memory:,} MiB "
-            "allocatable for one pod: ask for less of one"
-        ]
-    return problems
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from rest_framework import serializers
 
 from portal.formatting import format_duration, is_ascii_number_text, parse_duration
 from portal.masking import MASK, shown_env
+from queues.admission.pods import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
 from queues.admission.reasons import ReasonCode
-from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
 from queues.catalog.serializers import DurationText
 from queues.cluster.secrets import SecretKeyRef
 from queues.jobs.requests import NO_SUCH_NAME, NOT_A_WHOLE_NUMBER, JobRequest

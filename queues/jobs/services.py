@@ -17,6 +17,7 @@ from queues.cluster.secrets import env_json
 from queues.jobs.requests import (
     REQUEST_FIELDS,
     JobRequest,
+    RequestLookups,
     job_request_errors,
     pending_cap_errors,
     requests_prefetch,
@@ -147,12 +148,12 @@ def _submit_once(requests: list[JobRequest], *, key: str, rejected: Any) -> Subm
     fingerprint = submission_fingerprint(requests)
     if (first := _first_submission(owner, key, fingerprint)) is not None:
         return first  # the usual repeat: nothing to check again
-    cache: dict[tuple, Any] = {}
-    requests_prefetch(requests, cache)
+    lookups = RequestLookups()
+    requests_prefetch(requests, lookups)
     errors = {
         index: refused
         for index, request in enumerate(requests)
-        if (refused := job_request_errors(request, cache=cache))
+        if (refused := job_request_errors(request, lookups=lookups))
     }
     if errors:
         raise rejected(errors)
@@ -204,11 +205,11 @@ def job_submit_batch(*, requests: list[JobRequest]) -> list[Job]:
     """Accept every job of a batch (a sweep, say) or none: each is checked against its queue's
     terms as ``job_submit`` checks one; then all are stored in one transaction and one
     reconcile is requested. Raises ``BatchRejected`` naming every refused submission."""
-    cache: dict[tuple, Any] = {}
-    requests_prefetch(requests, cache)
+    lookups = RequestLookups()
+    requests_prefetch(requests, lookups)
     errors = {}
     for index, request in enumerate(requests):
-        if refused := job_request_errors(request, cache=cache):
+        if refused := job_request_errors(request, lookups=lookups):
             errors[index] = refused
     if errors:
         raise BatchRejected(errors)

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest
 from portal.throttling import preview_wait
-from queues.catalog.selectors import queues_visible_to, teams_of
+from queues.catalog.selectors import queues_visible_to, teams_for
 from queues.cluster.adapter import ClusterUnreachable
 from queues.cluster.prometheus import prometheus_from_settings
 from queues.jobs.duty import job_duty
@@ -76,7 +76,7 @@ def job_list(request: PortalRequest) -> HttpResponse:
             "page": page,
             "states": JobState.choices,
             "queues": queues_visible_to(request.user).order_by("name"),
-            "teams": teams_of(request.user),
+            "teams": teams_for(request.user),
             "filters": {"state": state, "queue": queue, "team": team, "mine": mine},
         },
     )
@@ -84,7 +84,7 @@ def job_list(request: PortalRequest) -> HttpResponse:
 
 @login_required
 def job_new(request: PortalRequest) -> HttpResponse:
-    if not teams_of(request.user).exists():
+    if not teams_for(request.user).exists():
         # nobody submits outside a team: say so instead of offering an empty form
         return render(request, "jobs/no_team.html", status=200)
     initial: dict[str, Any] = {}

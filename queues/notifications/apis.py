@@ -30,7 +30,7 @@ from queues.notifications.serializers import (
     NotificationSettingsSerializer,
     TeamWebhookSerializer,
 )
-from queues.operations.apis import IsStaff
+from queues.operations.apis import IsAdmin
 
 
 def _settings_of(user: User) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def _team_hook(hook: TeamWebhook) -> dict[str, Any]:
 class TeamWebhookView(APIView):
     """A team's webhook: the events of its jobs it receives, and where (admins only)."""
 
-    permission_classes = [IsStaff]
+    permission_classes = [IsAdmin]
     parser_classes = [PortalJSONParser]
 
     @extend_schema(
@@ -137,7 +137,7 @@ class TeamWebhookView(APIView):
 class TeamWebhookSecretView(APIView):
     """A new signing secret for a team's webhook (admins); the answer has its fingerprint."""
 
-    permission_classes = [IsStaff]
+    permission_classes = [IsAdmin]
 
     @extend_schema(
         tags=["notifications"],

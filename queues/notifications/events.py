@@ -26,11 +26,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import F, Max, Min, OuterRef, Q, Subquery
+from django.db.models import F, Max, Min, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
 from portal.formatting import format_datetime
-from portal.roles import FINANCE_GROUP
+from portal.roles import admins_and_finance
 from queues.jobs.selectors import job_drain_notice
 from queues.models import (
     GPU_HOLDING_STATES,
@@ -279,15 +279,6 @@ def minutes_text(span: timedelta) -> str:
     return f"{hours} h" if hours else f"{rest} min"
 
 
-def staff_users() -> list[User]:
-    """Admins and finance: who hears of queues and budgets."""
-    return list(
-        User.objects.filter(is_active=True)
-        .filter(Q(is_staff=True) | Q(groups__name=FINANCE_GROUP))
-        .distinct()
-    )
-
-
 def waiting_since() -> dict[int, datetime]:
     """Per queue with waiting jobs, since when its longest-waiting job waits: since it was
     submitted, or since it was last requeued (a preempted job that ran for hours has not waited
@@ -311,7 +302,7 @@ def queue_notices(*, now: datetime) -> list[Notice]:
     """Queues whose longest-waiting job has waited an hour past the queue's wait target: the
     queue has been past its target for at least that hour. To admins and finance, once per queue
     and day."""
-    staff = staff_users()
+    staff = list(admins_and_finance())
     if not staff:
         return []
     notices = []
@@ -350,7 +341,7 @@ def budget_notices(*, now: datetime) -> list[Notice]:
     """Budgets whose month's spend reached the amount (``BudgetOverrun``, recorded once per
     budget and month by chargeback), seen lately: to admins and finance, with the numbers."""
     overruns = list(BudgetOverrun.objects.filter(at__gte=now - DECISIONS_WINDOW).order_by("at"))
-    staff = staff_users() if overruns else []
+    staff = list(admins_and_finance()) if overruns else []
     notices = []
     for o in overruns if staff else []:
         label = "Team" if o.scope == BudgetScope.TEAM else "Cost center"

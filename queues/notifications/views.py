@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from portal.http import PortalRequest, signed_in
 from portal.roles import is_finance
-from queues.catalog.selectors import teams_of
+from queues.catalog.selectors import teams_for
 from queues.models import (
     NotificationChannel,
     NotificationDelivery,
@@ -35,7 +35,7 @@ from queues.notifications.preferences import (
     webhook_of,
     webhook_secret_rotate,
 )
-from queues.operations.access import staff_required
+from queues.operations.access import admin_required
 
 
 @login_required
@@ -58,7 +58,7 @@ def notification_settings(request: PortalRequest) -> HttpResponse:
     # Your teams' channels hear of your jobs too: say which, and of what (not where).
     channels = [
         (hook.team.name, [TEAM_EVENT_LABELS[NotificationEvent(e)] for e in hook.events])
-        for hook in TeamWebhook.objects.filter(team__in=teams_of(user))
+        for hook in TeamWebhook.objects.filter(team__in=teams_for(user))
         .exclude(url="")
         .select_related("team")
         .order_by("team__name")
@@ -86,14 +86,14 @@ def webhook_secret_new(request: PortalRequest) -> HttpResponse:
     return redirect("notifications:settings")
 
 
-@staff_required
+@admin_required
 def team_webhooks(request: PortalRequest) -> HttpResponse:
     hooks = {h.team_id: h for h in TeamWebhook.objects.all()}
     teams = [(team, hooks.get(team.pk)) for team in Team.objects.active()]
     return render(request, "notifications/team_webhooks.html", {"teams": teams})
 
 
-@staff_required
+@admin_required
 def team_webhook_edit(request: PortalRequest, team: str) -> HttpResponse:
     found = get_object_or_404(Team.objects.active(), name=team)
     hook = team_webhook_of(found)
@@ -121,7 +121,7 @@ def team_webhook_edit(request: PortalRequest, team: str) -> HttpResponse:
     )
 
 
-@staff_required
+@admin_required
 @require_POST
 def team_webhook_secret_new(request: PortalRequest, team: str) -> HttpResponse:
     found = get_object_or_404(Team.objects.active(), name=team)

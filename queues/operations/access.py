@@ -1,4 +1,4 @@
-"""Who may open the admin side: staff; finance may also read the audit log.
+"""Who may open the admin side: admins; finance may also read the audit log.
 
 Anonymous visitors are sent to log in; a signed-in member or finance user gets 403."""
 
@@ -32,5 +32,5 @@ def _requires(check: Callable[[Any], bool]) -> Callable[[View], View]:
     return decorator
 
 
-staff_required = _requires(is_admin)
+admin_required = _requires(is_admin)
 audit_reader_required = _requires(is_finance)  # finance, and admins (is_finance includes them)

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from portal.formatting import NOT_ASCII_NUMBER, is_ascii_number_text
 from portal.http import signed_in
+from portal.roles import is_admin
 from portal.schema import ErrorDetailSerializer
 from queues.audit import AuditSource, audit_context
 from queues.operations.selectors import quota_grid
@@ -24,11 +25,12 @@ from queues.operations.services import quota_update
 from queues.policy.parse import PolicyError
 
 
-class IsStaff(permissions.BasePermission):
-    """Admins only: members and finance get 403, anonymous callers 401."""
+class IsAdmin(permissions.BasePermission):
+    """Admins only (``portal.roles.is_admin``): members and finance get 403, anonymous callers
+    401."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.is_authenticated and request.user.is_staff)
+        return bool(request.user and is_admin(request.user))
 
 
 class _Amount(serializers.DecimalField):
@@ -84,7 +86,7 @@ def _rows() -> list[dict[str, Any]]:
 
 
 class QuotaListView(APIView):
-    permission_classes = [IsStaff]
+    permission_classes = [IsAdmin]
 
     @extend_schema(
         tags=["admin"],
@@ -96,7 +98,7 @@ class QuotaListView(APIView):
 
 
 class QuotaView(APIView):
-    permission_classes = [IsStaff]
+    permission_classes = [IsAdmin]
 
     @extend_schema(
         tags=["admin"],

@@ -18,6 +18,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import DateTimeField, Q, QuerySet
 
+from portal.roles import is_admin
 from queues import admission as engine
 from queues.admission.reasons import time_text
 from queues.models import (
@@ -236,7 +237,7 @@ def quota_requests_for(user: Any) -> QuerySet[QuotaRequest]:
     requests = QuotaRequest.objects.select_related(
         "team", "gpu_class", "requested_by", "decided_by"
     )
-    if user.is_staff:
+    if is_admin(user):
         return requests
     return requests.filter(team__members=user)
 

@@ -13,11 +13,13 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from portal.http import PortalRequest
+from portal.roles import is_admin
 from queues.audit import AuditSource
 from queues.catalog.selectors import capacity_by_state
 from queues.cluster.adapter import ClusterRejected, ClusterUnreachable, cluster_from_settings
@@ -31,7 +33,7 @@ from queues.models import (
     Reservation,
     Team,
 )
-from queues.operations.access import audit_reader_required, staff_required
+from queues.operations.access import admin_required, audit_reader_required
 from queues.operations.forms import (
     ApproveForm,
     DeclineForm,
@@ -84,16 +86,16 @@ from queues.rates import gpu_amount
 AUDIT_PAGE_SIZE = 50
 
 
-@staff_required
-def manage_home(request: HttpRequest) -> HttpResponse:
+@admin_required
+def manage_home(request: PortalRequest) -> HttpResponse:
     return redirect("operations:quotas")
 
 
 # --- Quotas ------------------------------------------------------------------------------------
 
 
-@staff_required
-def quota_grid_view(request: HttpRequest) -> HttpResponse:
+@admin_required
+def quota_grid_view(request: PortalRequest) -> HttpResponse:
     pending = QuotaRequest.objects.filter(status=QuotaRequestStatus.PENDING).count()
     return render(
         request,
@@ -102,8 +104,8 @@ def quota_grid_view(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_required
-def quota_edit(request: HttpRequest, team: str, gpu_class: str) -> HttpResponse:
+@admin_required
+def quota_edit(request: PortalRequest, team: str, gpu_class: str) -> HttpResponse:
     team_obj = get_object_or_404(Team.objects.active(), name=team)
     class_obj = get_object_or_404(GpuClass.objects.active(), name=gpu_class)
     quota = Quota.objects.filter(team=team_obj, gpu_class=class_obj).first()
@@ -148,8 +150,8 @@ def quota_edit(request: HttpRequest, team: str, gpu_class: str) -> HttpResponse:
 # --- Maintenance -------------------------------------------------------------------------------
 
 
-@staff_required
-def maintenance(request: HttpRequest) -> HttpResponse:
+@admin_required
+def maintenance(request: PortalRequest) -> HttpResponse:
     """A drain in two steps, as a reservation: the first POST shows the nodes and the jobs it
     reaches (who is stopped at the deadline, and the work each loses); the second (``confirm``,
     for exactly what was shown) drains. A link may fill the nodes and the reason in (/ops/'s
@@ -233,9 +235,9 @@ def _drain_fingerprint(
     return hashlib.sha256(repr(seen).encode()).hexdigest()[:16]
 
 
-@staff_required
+@admin_required
 @require_POST
-def node_return_view(request: HttpRequest, name: str) -> HttpResponse:
+def node_return_view(request: PortalRequest, name: str) -> HttpResponse:
     node = get_object_or_404(Node, name=name)
     if node.maintenance == MaintenanceState.NONE:
         messages.info(request, f"{name} is in service already.")
@@ -257,7 +259,7 @@ def node_return_view(request: HttpRequest, name: str) -> HttpResponse:
 
 
 @audit_reader_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: PortalRequest) -> HttpResponse:
     filters = {
         "source": request.GET.get("source", "")
         if request.GET.get("source") in AuditSource.ALL
@@ -284,8 +286,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
 # --- Quota requests ----------------------------------------------------------------------------
 
 
-@staff_required
-def request_list(request: HttpRequest) -> HttpResponse:
+@admin_required
+def request_list(request: PortalRequest) -> HttpResponse:
     requests = quota_requests_for(request.user)
     return render(
         request,
@@ -304,9 +306,9 @@ def _form_errors_text(form: forms.Form) -> str:
     )
 
 
-@staff_required
+@admin_required
 @require_POST
-def request_approve(request: HttpRequest, request_id: int) -> HttpResponse:
+def request_approve(request: PortalRequest, request_id: int) -> HttpResponse:
     quota_request = get_object_or_404(QuotaRequest, pk=request_id)
     form = ApproveForm(
         request.POST
@@ -341,9 +343,9 @@ def request_approve(request: HttpRequest, request_id: int) -> HttpResponse:
     return redirect("quota_requests:detail", request_id=request_id)
 
 
-@staff_required
+@admin_required
 @require_POST
-def request_decline(request: HttpRequest, request_id: int) -> HttpResponse:
+def request_decline(request: PortalRequest, request_id: int) -> HttpResponse:
     quota_request = get_object_or_404(QuotaRequest, pk=request_id)
     form = DeclineForm(request.POST)
     if not form.is_valid():
@@ -364,7 +366,7 @@ def request_decline(request: HttpRequest, request_id: int) -> HttpResponse:
 
 
 @login_required
-def my_requests(request: HttpRequest) -> HttpResponse:
+def my_requests(request: PortalRequest) -> HttpResponse:
     return render(
         request,
         "operations/my_requests.html",
@@ -373,7 +375,7 @@ def my_requests(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def request_new(request: HttpRequest) -> HttpResponse:
+def request_new(request: PortalRequest) -> HttpResponse:
     # A link from a job held back by quota names the team and class.
     initial = {k: request.GET[k][:63] for k in ("team", "gpu_class") if k in request.GET}
     form = QuotaRequestForm(request.POST or None, user=request.user, initial=initial)
@@ -403,12 +405,12 @@ def request_new(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
+def request_detail(request: PortalRequest, request_id: int) -> HttpResponse:
     quota_request = quota_requests_for(request.user).filter(pk=request_id).first()
     if quota_request is None:
         raise Http404
     now_evidence = None
-    if request.user.is_staff and quota_request.status == QuotaRequestStatus.PENDING:
+    if is_admin(request.user) and quota_request.status == QuotaRequestStatus.PENDING:
         now_evidence = quota_evidence(
             team=quota_request.team, gpu_class=quota_request.gpu_class, now=timezone.now()
         )
@@ -434,8 +436,8 @@ def request_detail(request: HttpRequest, request_id: int) -> HttpResponse:
 # --- Reservations ------------------------------------------------------------------------------
 
 
-@staff_required
-def reservation_list(request: HttpRequest) -> HttpResponse:
+@admin_required
+def reservation_list(request: PortalRequest) -> HttpResponse:
     timelines = reservation_timelines(now=timezone.now())
     return render(
         request,
@@ -449,8 +451,8 @@ def reservation_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_required
-def reservation_edit(request: HttpRequest, name: str | None = None) -> HttpResponse:
+@admin_required
+def reservation_edit(request: PortalRequest, name: str | None = None) -> HttpResponse:
     """New or changed reservation in two steps: the first POST shows who is affected (the
     engine's what-if), the second (``confirm``) saves through the policy service."""
     existing = None
@@ -513,9 +515,9 @@ def _fingerprint(name: str, fields: dict[str, Any]) -> str:
     return hashlib.sha256(repr((name, sorted(fields.items()))).encode()).hexdigest()[:16]
 
 
-@staff_required
+@admin_required
 @require_POST
-def reservation_end_view(request: HttpRequest, name: str) -> HttpResponse:
+def reservation_end_view(request: PortalRequest, name: str) -> HttpResponse:
     try:
         reservation_end(name=name, now=timezone.now())
     except PolicyError as exc:
@@ -549,8 +551,8 @@ def _entry_label(section: str, name: str) -> str:
     return f"from {effective.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
 
 
-@staff_required
-def policy_overview(request: HttpRequest) -> HttpResponse:
+@admin_required
+def policy_overview(request: PortalRequest) -> HttpResponse:
     current = policy_current()
     return render(
         request,
@@ -566,8 +568,8 @@ def policy_overview(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_required
-def policy_roles(request: HttpRequest) -> HttpResponse:
+@admin_required
+def policy_roles(request: PortalRequest) -> HttpResponse:
     """The identity-provider groups that give finance and admin, as the policy file's ``roles``
     section: checked (a dry run showing the diff), then applied."""
     # Never cut: a text over the policy's size limit is refused whole (load_policy_text).
@@ -599,16 +601,16 @@ def policy_roles(request: HttpRequest) -> HttpResponse:
     )
 
 
-@staff_required
-def policy_export(request: HttpRequest) -> HttpResponse:
+@admin_required
+def policy_export(request: PortalRequest) -> HttpResponse:
     """The whole policy as a file to commit (what ``export_policy`` writes)."""
     response = HttpResponse(dump_policy(policy_current()), content_type="application/yaml")
     response["Content-Disposition"] = 'attachment; filename="policy.yaml"'
     return response
 
 
-@staff_required
-def policy_object(request: HttpRequest, section: str, name: str | None = None) -> HttpResponse:
+@admin_required
+def policy_object(request: PortalRequest, section: str, name: str | None = None) -> HttpResponse:
     """One policy object as text, checked (a dry run showing the diff) and then applied."""
     if section not in EDITABLE_SECTIONS:
         raise Http404

@@ -48,6 +48,7 @@ from queues.models import (
     JobState,
 )
 from queues.reconcile.elastic import pools_apply, pools_sync, warm_holds_sync
+from queues.reconcile.facts import ClusterView, CycleReport, read_cluster
 from queues.reconcile.history import history_record
 from queues.reconcile.jobs import jobs_sync, secret_values_mask
 from queues.reconcile.leases import lease_acquire, lease_release
@@ -65,7 +66,6 @@ from queues.reconcile.plan import (
 )
 from queues.reconcile.snapshot import snapshot_build
 from queues.reconcile.usage import usage_sync
-from queues.reconcile.view import ClusterView, CycleReport, read_cluster
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from queues.models import (
     ProvisioningState,
     WarmHold,
 )
-from queues.reconcile.view import ClusterView
+from queues.reconcile.facts import ClusterView
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from queues.models import (
     NodeStateInterval,
 )
 from queues.rates import gpu_amount
+from queues.reconcile.facts import ClusterView, CycleReport
 from queues.reconcile.jobs import job_transition
-from queues.reconcile.view import ClusterView, CycleReport
 
 
 def nodes_sync(view: ClusterView, *, now: datetime) -> None:

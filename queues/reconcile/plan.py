@@ -33,10 +33,10 @@ from queues.models import (
     QueueEstimate,
     Team,
 )
+from queues.reconcile.facts import ClusterView, CycleReport
 from queues.reconcile.jobs import TERMINATING_STATES, job_transition, transition_log
 from queues.reconcile.leases import lease_acquire
 from queues.reconcile.rows import update_from_rows
-from queues.reconcile.view import ClusterView, CycleReport
 
 logger = logging.getLogger(__name__)
 

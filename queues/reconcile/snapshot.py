@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import F, Max
 
 from queues import admission as engine
+from queues.admission.never import per_user_gpu_cap
 from queues.cluster.nodes import GPU_RESOURCE, LIFECYCLE_TAINTS
 from queues.models import (
     DEFAULT_TERMINATION_GRACE,
@@ -403,7 +404,7 @@ def _queues(
             checkpoint_interval=q.checkpoint_interval,
             max_gpu_eq_per_job=fraction(q.max_gpus_per_job),
             max_running_jobs_per_user=q.max_running_jobs_per_user,
-            max_gpu_eq_per_user=fraction(q.max_gpus_per_user) if q.max_gpus_per_user else None,
+            max_gpu_eq_per_user=per_user_gpu_cap(q.max_gpus_per_user),
             may_borrow=q.may_borrow,
             reservation_only=q.reservation_only,
             required_topology=engine.TopologyScope(q.required_topology or "none"),

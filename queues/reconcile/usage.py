@@ -16,8 +16,8 @@ from queues.models import (
     SharingMode,
     UsageInterval,
 )
+from queues.reconcile.facts import ClusterView, CycleReport
 from queues.reconcile.rows import update_from_rows
-from queues.reconcile.view import ClusterView, CycleReport
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from queues.cluster.adapter import Cluster
 from queues.models import CapabilityClass, JobState, Queue, Quota, QuotaRequest, Team
 from queues.operations.services import quota_update
 from queues.reconcile.cycle import reconcile_cycle
-from queues.reconcile.view import CycleReport
+from queues.reconcile.facts import CycleReport
 from tests.browser.conftest import PASSWORD
 from tests.factories import JobFactory
 

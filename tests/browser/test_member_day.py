@@ -21,7 +21,7 @@ from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit
 from queues.models import CapabilityClass, Job, JobState, Queue, Team
 from queues.reconcile.cycle import reconcile_cycle
-from queues.reconcile.view import CycleReport
+from queues.reconcile.facts import CycleReport
 from tests.browser.conftest import PASSWORD
 from tests.sim import SimClusterHandle
 

@@ -55,7 +55,7 @@ def ldap_login(settings, directory: Slapd) -> Slapd:
     return directory
 
 
-def teams_of(username: str) -> list[str]:
+def teams_for(username: str) -> list[str]:
     return sorted(Team.objects.filter(members__username=username).values_list("name", flat=True))
 
 
@@ -73,7 +73,7 @@ def test_a_first_ldap_login_creates_the_user_with_the_teams_and_role_of_their_gr
     lena = get_user_model().objects.get(username="lena")
     assert (lena.first_name, lena.last_name, lena.email) == ("Lena", "Lindqvist", "lena@gpu.test")
     assert not lena.has_usable_password()
-    assert teams_of("lena") == ["nlp"]
+    assert teams_for("lena") == ["nlp"]
     assert is_finance(lena)
     link = ExternalIdentity.objects.get(user=lena)
     assert (link.issuer, link.subject) == (ldap_login.uri, ldap_login.person_dn("lena"))
@@ -87,7 +87,7 @@ def test_a_group_change_in_the_directory_moves_them_at_the_next_login(
     example_policy, ldap_login, client
 ):
     log_in(client, "leo")
-    assert teams_of("leo") == ["vision"]
+    assert teams_for("leo") == ["vision"]
     ldap_login.group_members("gpu-vision", ["ada"])
     ldap_login.group_members("gpu-nlp", ["lena", "leo"])
     try:
@@ -98,7 +98,7 @@ def test_a_group_change_in_the_directory_moves_them_at_the_next_login(
         ldap_login.group_members("gpu-nlp", ["lena"])
 
     assert response.status_code == 302
-    assert teams_of("leo") == ["nlp"]
+    assert teams_for("leo") == ["nlp"]
     page = client.get("/queues/")
     assert (
         "Your groups at your identity provider changed: you joined nlp; you left vision (jobs "
@@ -136,5 +136,5 @@ def test_without_a_group_search_the_directory_leaves_teams_and_roles_alone(
     response = log_in(client, "lena")
 
     assert response.status_code == 302
-    assert teams_of("lena") == []
+    assert teams_for("lena") == []
     assert ExternalIdentity.objects.get(user__username="lena").groups == []

@@ -23,7 +23,7 @@ from tests.sso.servers import provider_sign_in
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def teams_of(username: str) -> list[str]:
+def teams_for(username: str) -> list[str]:
     return sorted(Team.objects.filter(members__username=username).values_list("name", flat=True))
 
 
@@ -46,7 +46,7 @@ def test_a_first_login_creates_the_user_with_the_teams_and_role_of_their_groups(
     olga = get_user_model().objects.get(username="olga")
     assert (olga.email, olga.first_name, olga.last_name) == ("olga@gpu.test", "Olga", "Ivanova")
     assert not olga.has_usable_password()
-    assert teams_of("olga") == ["nlp"]
+    assert teams_for("olga") == ["nlp"]
     assert is_finance(olga) and not is_admin(olga)
     link = ExternalIdentity.objects.get(user=olga)
     assert (link.issuer, link.groups) == (sso.issuer, ["finance-gpu", "gpu-nlp", "unmapped-group"])
@@ -93,7 +93,7 @@ def test_a_group_change_moves_them_at_the_next_login_and_leaves_their_jobs_alone
         "Your groups at your identity provider changed: you joined vision; you left nlp (jobs "
         "you submitted there are left alone); you are now admin."
     ) in page.text
-    assert teams_of("olga") == ["vision"]
+    assert teams_for("olga") == ["vision"]
     olga.refresh_from_db()
     assert olga.is_staff and olga.is_superuser
     job.refresh_from_db()
@@ -130,7 +130,7 @@ def test_a_person_in_no_mapped_group_still_logs_in_and_is_told_they_are_in_no_te
         "You are in no team, so no queue is open to you. Teams come from the policy and from "
         "your groups at your identity provider: ask an admin to add you to one."
     ) in page.text
-    assert teams_of("olga") == []
+    assert teams_for("olga") == []
     assert logged_in_as(session, live_server) == "olga"
 
 
@@ -144,7 +144,7 @@ def test_members_the_policy_lists_keep_their_teams_and_groups_add_to_them(
     _, page = sso_log_in("mia")
 
     assert page.status_code == 200
-    assert teams_of("mia") == ["nlp", "search", "vision"]
+    assert teams_for("mia") == ["nlp", "search", "vision"]
     memberships = {
         m.team.name: (m.listed, m.via_groups)
         for m in TeamMembership.objects.filter(user__username="mia").select_related("team")
@@ -162,13 +162,13 @@ def test_members_the_policy_lists_keep_their_teams_and_groups_add_to_them(
     # The policy stops listing her in nlp: her group keeps her there.
     teams = {"nlp": {**exported["teams"]["nlp"], "members": ["nina", "noah"]}}
     policy_apply(text=dump_policy({"teams": teams}))
-    assert teams_of("mia") == ["nlp", "search", "vision"]
+    assert teams_for("mia") == ["nlp", "search", "vision"]
 
     # Her groups change: she leaves search (a group gave it) and nlp (nobody lists her there
     # now), never vision (the policy lists her).
     sso.person("mia", password="idp-tests-pw", groups=[])
     sso_log_in("mia")
-    assert teams_of("mia") == ["vision"]
+    assert teams_for("mia") == ["vision"]
 
 
 REFUSALS = [
@@ -235,7 +235,7 @@ def test_a_refused_token_leaves_an_existing_person_as_they_were(
     _, page = sso_log_in("olga")
 
     assert page.status_code == 403
-    assert teams_of("olga") == ["nlp"]
+    assert teams_for("olga") == ["nlp"]
     assert not get_user_model().objects.get(username="olga").is_staff
 
 
@@ -254,7 +254,7 @@ def test_a_local_account_is_never_taken_over_by_single_sign_on(
         "that account&#x27;s password (your next login then takes it over) or to rename it."
     ) in page.text
     assert logged_in_as(session, live_server) is None
-    assert teams_of("ada") == []
+    assert teams_for("ada") == []
 
 
 def test_a_callback_this_session_did_not_start_is_refused(sso, live_server):

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from portal.roles import FINANCE_GROUP
+from portal.roles import ADMIN, FINANCE_GROUP, role_set
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit
 from queues.models import CapabilityClass, GpuClass, Job, Queue, Team
@@ -113,9 +113,9 @@ class Command(BaseCommand):
         finance.groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
 
         admin, _ = user_model.objects.get_or_create(username="ada")
-        admin.is_staff = admin.is_superuser = True
         admin.set_password(DEMO_PASSWORD)
-        admin.save(update_fields=["password", "is_staff", "is_superuser"])
+        admin.save(update_fields=["password"])
+        role_set(admin, ADMIN, held=True)
 
         if jobs and not Job.objects.exists():
             # Three closed months first (chargeback's command: this app does not import it).

@@ -63,9 +63,10 @@ def test_a_request_that_can_never_start_is_refused_with_the_numbers(nodes, mia):
 
     assert preview.errors == {
         "gpus_per_pod": [
-            "2 pod(s) × 8 = 16 GPU-equivalents can never start in queue training: "
-            "a100-80gb: team vision may hold at most 8 (nominal 4 + borrowing 4); "
-            "h100-80gb: the cluster has 8 in all"
+            "can never start: a100-80gb: needs 16; team vision may hold at most 8 "
+            "(nominal 4 + borrowing 4); h100-80gb: 2 pods × 8 GPUs do not fit its 1 node even "
+            "when they are empty (at most 8 GPUs a node): ask for a shape the nodes can hold: "
+            "fewer GPUs per pod, or less CPU or memory"
         ]
     }
 

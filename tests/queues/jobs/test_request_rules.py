@@ -216,9 +216,10 @@ BAD_REQUESTS = [
         {"queue": "training", "capability_class": "bf16-large", "pods": 4, "gpus_per_pod": 8},
         {
             "gpus_per_pod": [
-                "4 pod(s) × 8 = 32 GPU-equivalents can never start in queue training: "
-                "a100-80gb: team vision may hold at most 8 (nominal 4 + borrowing 4); "
-                "h100-80gb: team vision may hold at most 16 (nominal 8 + borrowing 8)"
+                "can never start: a100-80gb: needs 32; team vision may hold at most 8 "
+                "(nominal 4 + borrowing 4); h100-80gb: needs 32; team vision may hold at most "
+                "16 (nominal 8 + borrowing 8): ask for at most 16 GPU-equivalents (h100-80gb), "
+                "or ask an admin for more quota"
             ]
         },
     ),
@@ -363,7 +364,7 @@ def test_a_capability_class_no_node_offers_is_refused_under_capability_class(
 def test_a_pods_default_size_is_one_for_the_api_the_form_and_the_request():
     """The form pre-fills what the API assumes when a field is left out (the tester saw 4 cores
     and 32 GiB on the form against 1 core and 4 GiB through the API)."""
-    from queues.admission.snapshot import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
+    from queues.admission.pods import DEFAULT_POD_CPU_MILLICORES, DEFAULT_POD_MEMORY_MIB
     from queues.jobs.forms import JobForm
     from queues.jobs.requests import JobRequest
 

@@ -8,7 +8,17 @@ import pytest
 
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import JobRejected, job_submit
-from queues.models import CapabilityClass, GpuClass, Job, JobState, Node, Queue, Team
+from queues.models import (
+    CapabilityClass,
+    GpuClass,
+    Job,
+    JobState,
+    Node,
+    Queue,
+    Quota,
+    Reservation,
+    Team,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -201,51 +211,170 @@ def test_pod_size_is_not_checked_before_the_cluster_reported_its_nodes(mia):
     assert job.cpu_millicores_per_pod == 500_000
 
 
-@pytest.mark.parametrize(
-    ("limits", "shape", "field", "message"),
-    [
-        (
-            {"max_gpus_per_user": 4},
-            {"pods": 2, "gpus_per_pod": 4},
-            "gpus_per_pod",
-            "can never start: needs 8 GPUs; queue batch allows one user at most 4: ask for at "
-            "most 4 GPUs, or use another queue",
+def _h100_nodes(gpus: int = 8, count: int = 1) -> None:
+    h100 = GpuClass.objects.get(name="h100-80gb")
+    for n in range(1, count + 1):
+        Node.objects.create(name=f"h100-{n}", gpu_class=h100, gpu_count=gpus, network_domain="ib-a")
+
+
+def _l4_node() -> None:
+    Node.objects.create(name="l4-1", gpu_class=GpuClass.objects.get(name="l4"), gpu_count=8)
+
+
+def _both_nodes() -> None:
+    _h100_nodes()
+    a100 = GpuClass.objects.get(name="a100-80gb")
+    Node.objects.create(name="a100-1", gpu_class=a100, gpu_count=8, network_domain="ib-a")
+
+
+NO_SHAPE = "ask for a shape the nodes can hold: fewer GPUs per pod, or less CPU or memory"
+
+# (setup, request, the field submission refuses, the words both give; None: both take it)
+VERDICTS = {
+    "over the per-user GPU cap": (
+        lambda: (Queue.objects.filter(name="batch").update(max_gpus_per_user=4), _h100_nodes()),
+        {"pods": 2, "gpus_per_pod": 4},
+        "gpus_per_pod",
+        "can never start: needs 8 GPUs; queue batch allows one user at most 4: ask for at most "
+        "4 GPUs, or use another queue",
+    ),
+    "no running job allowed per user": (
+        lambda: (
+            Queue.objects.filter(name="batch").update(max_running_jobs_per_user=0),
+            _h100_nodes(),
         ),
-        (
-            {"max_running_jobs_per_user": 0},
-            {"pods": 1, "gpus_per_pod": 1},
-            "queue",
-            "can never start: queue batch allows no running jobs per user: use another queue",
+        {"pods": 1, "gpus_per_pod": 1},
+        "queue",
+        "can never start: queue batch allows no running jobs per user: use another queue",
+    ),
+    "more than nominal plus borrowing on every class": (
+        _both_nodes,
+        {"queue": "training", "capability": "bf16-large", "pods": 4, "gpus_per_pod": 8},
+        "gpus_per_pod",
+        "can never start: a100-80gb: needs 32; team vision may hold at most 8 (nominal 4 + "
+        "borrowing 4); h100-80gb: needs 32; team vision may hold at most 16 (nominal 8 + "
+        "borrowing 8): ask for at most 16 GPU-equivalents (h100-80gb), or ask an admin for more "
+        "quota",
+    ),
+    "more than nominal in a queue that may not borrow": (
+        lambda: (
+            Queue.objects.filter(name="batch").update(may_borrow=False),
+            Quota.objects.filter(team__name="vision", gpu_class__name="h100-80gb").update(
+                nominal=4
+            ),
+            _h100_nodes(),
         ),
-    ],
-    ids=["over the per-user GPU cap", "no running job allowed per user"],
-)
-def test_submission_and_the_engine_read_one_per_user_rule(mia, limits, shape, field, message):
-    """A job over the queue's per-user limits is refused at submit with the words the engine
-    would give it as NeverFits, had it been stored (one rule: admission.never)."""
+        {"capability": "min-40gb", "pods": 1, "gpus_per_pod": 8},
+        "gpus_per_pod",
+        "can never start: h100-80gb: needs 8; team vision may hold at most 4 (nominal 4; queue "
+        "batch may not borrow): ask for at most 4 GPU-equivalents (h100-80gb), or ask an admin "
+        "for more quota",
+    ),
+    "more than the team's reservations in a reservation-only queue": (
+        lambda: (Reservation.objects.filter(name="search-inference").update(amount=2), _l4_node()),
+        {
+            "user": "sara",
+            "team": "search",
+            "queue": "inference",
+            "capability": "inference-16gb",
+            "gpus_per_pod": 4,
+        },
+        "gpus_per_pod",
+        "can never start: l4: needs 4; team search's reservations hold at most 2: ask for at "
+        "most 2 GPU-equivalents (l4), or ask an admin for more quota",
+    ),
+    "a MIG slice on a class the team holds no quota of": (
+        lambda: (
+            Quota.objects.filter(team__name="vision", gpu_class__name="a100-80gb").update(
+                nominal=0, borrowing_limit=0
+            ),
+            Node.objects.create(
+                name="a100-mig",
+                gpu_class=GpuClass.objects.get(name="a100-80gb"),
+                gpu_count=1,
+                mig_layout={"3g.40gb": 2},
+            ),
+        ),
+        {
+            "queue": "interactive-mig",
+            "capability": "mig-3g.40gb",
+            "runtime_limit": timedelta(hours=1),
+        },
+        "gpus_per_pod",
+        "can never start: a100-80gb: needs 0.43; team vision may hold at most 0 (nominal 0; "
+        "queue interactive-mig may not borrow): team vision holds no quota or reservation it may "
+        "use here: ask an admin for quota, or use another queue",
+    ),
+    "a time-slice replica on a class the team holds no quota of": (
+        lambda: (
+            Quota.objects.filter(team__name="vision", gpu_class__name="t4").update(nominal=0),
+            Node.objects.create(
+                name="t4-shared",
+                gpu_class=GpuClass.objects.get(name="t4"),
+                gpu_count=2,
+                time_slice_replicas=4,
+            ),
+        ),
+        {"queue": "interactive", "declared_gpu_memory_gb": 4, "runtime_limit": timedelta(hours=1)},
+        "gpus_per_pod",
+        "can never start: t4: needs 0.25; team vision may hold at most 0 (nominal 0; queue "
+        "interactive may not borrow): team vision holds no quota or reservation it may use "
+        "here: ask an admin for quota, or use another queue",
+    ),
+    "a pod larger than any node": (
+        lambda: _h100_nodes(gpus=4, count=2),
+        {"capability": "fp8", "pods": 1, "gpus_per_pod": 8},
+        "gpus_per_pod",
+        "can never start: h100-80gb: 1 pod × 8 GPUs do not fit its 2 nodes even when they are "
+        f"empty (at most 4 GPUs a node): {NO_SHAPE}",
+    ),
+    "a job that fits": (
+        lambda: _h100_nodes(gpus=4, count=2),
+        {"capability": "fp8", "pods": 2, "gpus_per_pod": 4},
+        None,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize(("setup", "shape", "field", "message"), VERDICTS.values(), ids=VERDICTS)
+def test_submission_and_the_engine_give_one_verdict_in_the_same_words(
+    mia, setup, shape, field, message
+):
+    """A request submission refuses as one that can never start is, stored by another way
+    (before the policy changed, say), what the engine calls NeverFits, in the same words: the
+    rules have one home (queues.admission: entitlement, never, pods). One it accepts, the
+    engine never calls NeverFits."""
+    from django.contrib.auth import get_user_model
     from django.utils import timezone
 
     from queues import admission as engine
     from queues.reconcile.snapshot import snapshot_build
     from tests.factories import JobFactory
 
-    Queue.objects.filter(name="batch").update(**limits)
-    h100 = GpuClass.objects.get(name="h100-80gb")
-    Node.objects.create(name="h100-1", gpu_class=h100, gpu_count=8, network_domain="ib-a")
+    setup()
+    shape = dict(shape)
+    user = get_user_model().objects.get(username=shape.pop("user", "mia"))
+    names = {k: shape.pop(k) for k in ("team", "queue", "capability") if k in shape}
 
-    assert refused(mia, **shape) == {field: [message]}
+    if message is None:
+        submit(user, **names, **shape).delete()
+    else:
+        assert refused(user, **names, **shape) == {field: [message]}
 
-    # The same job stored by another way (before the limit was set, say): the engine's verdict.
     stored = JobFactory(
-        owner=mia,
-        team=Team.objects.get(name="vision"),
-        queue=Queue.objects.get(name="batch"),
-        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+        owner=user,
+        team=Team.objects.get(name=names.get("team", "vision")),
+        queue=Queue.objects.get(name=names.get("queue", "batch")),
+        capability_class=CapabilityClass.objects.get(name=names.get("capability", "any-gpu")),
         **shape,
     )
     status = engine.plan(snapshot_build(now=timezone.now())).status(stored.pk)
-    assert status is not None
-    assert (status.binding.code, f"{status.binding.message}: {status.binding.hint}") == (
-        engine.ReasonCode.NEVER_FITS,
-        message,
-    )
+    if message is None:
+        assert status is None or status.binding.code != engine.ReasonCode.NEVER_FITS
+    else:
+        assert status is not None
+        assert (status.binding.code, f"{status.binding.message}: {status.binding.hint}") == (
+            engine.ReasonCode.NEVER_FITS,
+            message,
+        )

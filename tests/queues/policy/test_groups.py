@@ -35,7 +35,7 @@ def rejected(data: dict) -> list[str]:
     return [str(p) for p in excinfo.value.problems]
 
 
-def teams_of(username: str) -> list[str]:
+def teams_for(username: str) -> list[str]:
     return sorted(Team.objects.filter(members__username=username).values_list("name", flat=True))
 
 
@@ -133,7 +133,7 @@ class TestALoginsGroups:
             [],
             ["finance"],
         )
-        assert teams_of("olga") == ["nlp", "search"]
+        assert teams_for("olga") == ["nlp", "search"]
         olga = get_user_model().objects.get(username="olga")
         assert role_held(olga, FINANCE)
         assert RoleGrant.objects.filter(user=olga, role="finance").exists()
@@ -169,7 +169,7 @@ class TestALoginsGroups:
         assert outcome.joined == []
         log_in("mia")
 
-        assert teams_of("mia") == ["nlp", "vision"]
+        assert teams_for("mia") == ["nlp", "vision"]
         assert set(
             TeamMembership.objects.filter(user__username="mia").values_list("listed", "via_groups")
         ) == {(True, False)}
@@ -184,7 +184,7 @@ class TestALoginsGroups:
         report = policy_apply(text=policy_yaml(data))  # and stops listing her (and mia…)
 
         assert "    members: [olga] → []" in report.render().splitlines()
-        assert teams_of("olga") == ["nlp"]
+        assert teams_for("olga") == ["nlp"]
         assert "mia" not in Team.objects.get(name="nlp").members.values_list("username", flat=True)
         listed = LogEntry.objects.filter(object_repr="nlp").order_by("id")
         assert [e.changes_dict for e in listed if "listed members" in e.changes_dict] == [

@@ -10,8 +10,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from queues.models import CapabilityClass, EventKind, Job, JobEvent, JobState, Queue, Team
+from queues.reconcile.facts import CycleReport
 from queues.reconcile.jobs import job_moves, job_transition
-from queues.reconcile.view import CycleReport
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

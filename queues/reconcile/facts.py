@@ -1,4 +1,5 @@
-"""What one reconcile cycle reads from the cluster, and what it reports."""
+"""The facts of one reconcile cycle: what it read from the cluster (``ClusterView``, by
+``read_cluster``), and what it did (``CycleReport``)."""
 
 from __future__ import annotations
 
