@@ -410,3 +410,8 @@ def test_people_see_the_scale_up_on_the_job_page_the_catalog_and_ops(elastic, cl
     from portal.formatting import format_duration
 
     assert f"{format_duration(lead)}, {format_duration(lead)}" in burst
+    # the expected lead time says where it comes from; a pool's days are its own rows, labelled
+    assert "<small>learned from the last 1 node</small>" in burst or (
+        "<small>as the policy says (no history yet)</small>" in burst
+    )
+    assert '<td data-label="Day"><small>of which on ' in section
