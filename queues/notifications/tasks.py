@@ -5,6 +5,7 @@ senders' claims)."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
@@ -37,6 +38,19 @@ def collect() -> int:
     return made
 
 
+# A send is acknowledged only when done (a worker that dies mid-send leaves it queued; the
+# delivery table keeps a message from going twice) and retried with backoff while it fails.
+RETRIED_SEND: dict[str, Any] = {
+    "acks_late": True,
+    "ignore_result": True,
+    "autoretry_for": (DeliveryFailed,),
+    "retry_backoff": 10,
+    "retry_backoff_max": 1800,
+    "retry_jitter": True,
+    "max_retries": MAX_ATTEMPTS,
+}
+
+
 def _send_later(user_id: int, channel: str) -> None:
     send.apply_async((user_id, channel), countdown=settings.NOTIFICATION_BATCH_SECONDS)
 
@@ -45,33 +59,13 @@ def _send_team_later(team_id: int) -> None:
     send_team.apply_async((team_id,), countdown=settings.NOTIFICATION_BATCH_SECONDS)
 
 
-@shared_task(
-    bind=True,
-    name="queues.notifications.send",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(DeliveryFailed,),
-    retry_backoff=10,
-    retry_backoff_max=1800,
-    retry_jitter=True,
-    max_retries=MAX_ATTEMPTS,
-)
+@shared_task(bind=True, name="queues.notifications.send", **RETRIED_SEND)
 def send(self: Task, user_id: int, channel: str) -> int:
     """Send ``user_id``'s due deliveries on ``channel`` as one message."""
     return deliveries_send(user_id=user_id, channel=channel, now=timezone.now())
 
 
-@shared_task(
-    bind=True,
-    name="queues.notifications.send_team",
-    acks_late=True,
-    ignore_result=True,
-    autoretry_for=(DeliveryFailed,),
-    retry_backoff=10,
-    retry_backoff_max=1800,
-    retry_jitter=True,
-    max_retries=MAX_ATTEMPTS,
-)
+@shared_task(bind=True, name="queues.notifications.send_team", **RETRIED_SEND)
 def send_team(self: Task, team_id: int) -> int:
     """Send the due deliveries of ``team_id``'s webhook as one message."""
     return deliveries_send_team(team_id=team_id, now=timezone.now())
