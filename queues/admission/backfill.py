@@ -536,7 +536,9 @@ class _Search:
                 for local, value in at.free.items():
                     if value < fitting[local]:
                         fitting[local] = value
-        placement = place(pool, shape, fitting)
+        placement = place(
+            pool, shape, fitting, kept=self.run.kept_nodes(ask.job.id, self.gpu_class)
+        )
         if placement is None:
             self.unplaced, self.unplaced_count = step, count
             return False
@@ -552,7 +554,9 @@ class _Search:
                     for local, devices in used:
                         shadow.extra[local] -= devices
         room = self.room(count, step)
-        shadows.append(Shadow(ask.job.id, when, end, pool, used, demand, extra, room - demand))
+        shadows.append(
+            Shadow(ask.job.id, when, end, pool, used, demand, extra, room - demand, placement)
+        )
         if quota is not None:
             quotas = self.run.quota_shadows.setdefault((ask.job.team, self.gpu_class), [])
             for reserved in quotas:
@@ -638,15 +642,16 @@ def fit_shadowed(
     """``fit_class`` under the head-of-queue reservations ahead (unless not ``reserved``): a job
     that would still run when one starts may use only what that one leaves."""
     state = run.state
+    kept = run.kept_nodes(ask.job.id, gpu_class)
     if not reserved:
-        return fit_class(state, ask, gpu_class, options)
+        return fit_class(state, ask, gpu_class, options, kept=kept)
     options = quota_guard(run, ask, gpu_class, options)
     if not options:
         return None
     end = state.now + ask.runtime
     shadows = [s for s in run.shadows.get(gpu_class, ()) if s.time < end]
     if not shadows:
-        return fit_class(state, ask, gpu_class, options)
+        return fit_class(state, ask, gpu_class, options, kept=kept)
     # what the shadows leave is the same for every job they constrain alike: worked out once
     # per set of shadows and version of the class
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
@@ -654,7 +659,7 @@ def fit_shadowed(
     left = run.views.get(key)
     if left is None:
         left = run.views[key] = left_by(state, pool, shadows)
-    return fit_class(state, ask, gpu_class, options, *left)
+    return fit_class(state, ask, gpu_class, options, *left, kept=kept)
 
 
 def fit_under(

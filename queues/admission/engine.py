@@ -29,7 +29,7 @@ from queues.admission.asks import Ask, build_asks, build_probe_asks
 from queues.admission.diagnose import time_text
 from queues.admission.elastic import elastic_plan
 from queues.admission.forecast import NOT_ESTIMATED, REPLAY_BUDGET, forecast
-from queues.admission.pass_state import Outcome, Pass
+from queues.admission.pass_state import Outcome, Pass, kept_from
 from queues.admission.plan import EstimatedStart, PendingStatus, Plan
 from queues.admission.reasons import PendingReason, ReasonCode
 from queues.admission.scheduler import consider, probe_fits_now
@@ -73,6 +73,7 @@ def plan(
         state=state,
         dry_run=snapshot.cluster_unreachable_since is not None,
         explain_only=None if estimates else explain,
+        kept=kept_from(state, asks),
     )
     probe_now: set[JobId] = set()
     next_probe = 0
@@ -97,7 +98,11 @@ def plan(
         return _assemble(run, {ask.job.id: later for ask in waiting})
     ghosts = [p for p in probes if p.job.id not in probe_now and not p.static]
     starts, probe_starts = forecast(
-        state, waiting, ghosts, budget=REPLAY_BUDGET if replay_budget is None else replay_budget
+        state,
+        waiting,
+        ghosts,
+        budget=REPLAY_BUDGET if replay_budget is None else replay_budget,
+        kept=run.reserved_nodes(),
     )
     probe_estimates = tuple(
         (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))
@@ -187,6 +192,7 @@ def _assemble(
         admitted_reasons=admitted,
         probe_estimates=probe_estimates,
         partial=only is not None,
+        planned_nodes=run.planned_nodes(),
     )
 
 

@@ -35,11 +35,13 @@ def fit_class(
     options: list[Option],
     view: Sequence[int] | None = None,
     eq_cap: int | None = None,
+    kept: Placement | None = None,
 ) -> Fit | None:
     """The first entitlement in ``options`` under which ``ask`` fits ``gpu_class`` now.
 
     ``view`` restricts the free devices per node of the job's pool and ``eq_cap`` its GPU-eq
-    (backfill passes what the shadows ahead leave over)."""
+    (backfill passes what the shadows ahead leave over); ``kept`` are the nodes its
+    head-of-queue reservation chose, taken where they still fit (see ``place``)."""
     pool = state.pools.get((gpu_class, ask.mode, ask.profile))
     if pool is None or not options:
         return None
@@ -53,7 +55,7 @@ def fit_class(
     for kind, rid, lend in options:
         if demand > state.usable(gpu_class, kind, rid, lend, own):
             continue
-        placement = place(pool, shape, view)
+        placement = place(pool, shape, view, kept=kept)
         if placement is not None:
             return Fit(gpu_class, kind, rid, pool, placement, constrained=eq_cap is not None)
     return None

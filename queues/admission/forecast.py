@@ -4,7 +4,7 @@ pass forward in time from the state the plan's pass left (see ``forecast``)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -18,7 +18,7 @@ from queues.admission.snapshot import (
     Forecast,
     JobId,
 )
-from queues.admission.state import Alloc, State
+from queues.admission.state import Alloc, Placement, State
 
 # ---------------------------------------------------------------------- the forecast
 
@@ -48,10 +48,17 @@ SCENARIOS: tuple[tuple[str, Scenario], ...] = (
 
 
 def forecast(
-    state: State, asks: Sequence[Ask], probes: Sequence[Ask], *, budget: int = REPLAY_BUDGET
+    state: State,
+    asks: Sequence[Ask],
+    probes: Sequence[Ask],
+    *,
+    budget: int = REPLAY_BUDGET,
+    kept: Mapping[JobId, tuple[str, Placement]] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
-    (consumed).
+    (consumed); ``kept``: the nodes the pass's head-of-queue reservations chose
+    (``Pass.reserved_nodes``), which each replay's first pass takes first, as every later pass
+    takes those of the pass before it.
 
     Four replays of the engine's own policy forward in time, from the state the pass left: at
     each moment something ends, opens or returns, the same pass (``consider``: plan order,
@@ -79,7 +86,7 @@ def forecast(
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
 
-        results[name] = _replay(state, asks, probes, ratio, started, budget)
+        results[name] = _replay(state, asks, probes, ratio, started, budget, dict(kept or {}))
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
     return (
@@ -149,6 +156,7 @@ def _replay(
     ratio: Callable[[JobId], float],
     started: dict[JobId, tuple[datetime, timedelta]],
     budget: int,
+    kept: dict[JobId, tuple[str, Placement]],
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
     now = state.now
@@ -210,7 +218,7 @@ def _replay(
         if joined:
             waiting.sort(key=lambda a: (a.order, a.job.id))
         state.now = when
-        run = Pass(state=state, dry_run=False, preempt=False, explain=False)
+        run = Pass(state=state, dry_run=False, preempt=False, explain=False, kept=kept)
         left: list[Ask] = []
         next_ghost = 0
         ghosts_left: list[Ask] = []
@@ -230,6 +238,7 @@ def _replay(
         for ghost in ghosts[next_ghost:]:
             _ghost_check(run, ghost, probe_starts, ghosts_left)
         budget -= len(waiting) + len(ghosts) + run.walked // WALKED_PER_CHECK
+        kept = run.reserved_nodes()
         waiting, ghosts = left, ghosts_left
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]

@@ -5,6 +5,7 @@ past."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,8 +19,9 @@ from queues.admission.reasons import PendingReason
 from queues.admission.snapshot import (
     CapacityKind,
     JobId,
+    PlannedNodes,
 )
-from queues.admission.state import Alloc, Pool, State, pods_nodes
+from queues.admission.state import Alloc, Placement, Pool, State, pods_nodes
 
 
 @dataclass(slots=True)
@@ -28,7 +30,8 @@ class Shadow:
     needs ``used`` devices of ``pool`` (per local node) and ``eq`` of the class aggregate.
     ``extra`` (per node of ``pool``) and ``eq_extra`` are what is left at ``time`` once it and
     every reservation running then have theirs: a later job that would still run at ``time`` may
-    use only that."""
+    use only that. ``placement`` is the nodes chosen for its pods: the next pass (or plan) takes
+    them first where they still fit (``Pass.kept``)."""
 
     job_id: JobId
     time: datetime
@@ -38,6 +41,7 @@ class Shadow:
     eq: int
     extra: list[int]
     eq_extra: int
+    placement: Placement = field(default_factory=list)  # its pods per local node of ``pool``
 
 
 @dataclass(slots=True)
@@ -93,6 +97,39 @@ class Pass:
     causes: dict[tuple[Any, ...], list[tuple[str, list[PendingReason]]]] = field(
         default_factory=dict
     )
+    # The nodes each job's head-of-queue reservation chose before, by GPU class: in the
+    # forecast, the pass at the previous moment; in a plan, the previous plan's (the snapshot's
+    # ``PendingJob.kept_nodes``). A job starts there, and a new reservation for it is made
+    # there, where they still fit: the nodes the jobs behind it were planned around stay its
+    # own, and a later job's backfill cannot send it elsewhere.
+    kept: dict[JobId, tuple[str, Placement]] = field(default_factory=dict)
+
+    def kept_nodes(self, job_id: JobId, gpu_class: str) -> Placement | None:
+        found = self.kept.get(job_id)
+        return found[1] if found is not None and found[0] == gpu_class else None
+
+    def planned_nodes(self) -> tuple[tuple[JobId, PlannedNodes], ...]:
+        """This pass's reservations' nodes by job id, by node name (``Plan.planned_nodes``)."""
+        nodes = self.state.nodes
+        found = []
+        for gpu_class, shadows in self.shadows.items():
+            for shadow in shadows:
+                names = tuple(
+                    nodes[shadow.pool.nodes[local]].name
+                    for local, pods in shadow.placement
+                    for _ in range(pods)
+                )
+                found.append((shadow.job_id, PlannedNodes(gpu_class, names)))
+        return tuple(sorted(found, key=lambda item: item[0]))
+
+    def reserved_nodes(self) -> dict[JobId, tuple[str, Placement]]:
+        """``kept`` for the next pass: this pass's reservations' nodes (and only those, as the
+        next plan gets only ``Plan.planned_nodes``)."""
+        return {
+            shadow.job_id: (gpu_class, shadow.placement)
+            for gpu_class, shadows in self.shadows.items()
+            for shadow in shadows
+        }
 
 
 def versions(state: State, ask: Ask) -> int | tuple[int, ...]:
@@ -142,3 +179,26 @@ def admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc
                 )
             )
     return alloc
+
+
+def kept_from(state: State, asks: Sequence[Ask]) -> dict[JobId, tuple[str, Placement]]:
+    """``Pass.kept`` from the snapshot: each waiting job's ``planned_nodes`` as a placement in
+    its pool (nodes gone from the cluster or from the pool drop the whole job's)."""
+    kept: dict[JobId, tuple[str, Placement]] = {}
+    for ask in asks:
+        planned = ask.job.planned_nodes
+        if planned is None or not planned.nodes:
+            continue
+        pool = state.pools.get((planned.gpu_class, ask.mode, ask.profile))
+        if pool is None:
+            continue
+        pods: dict[int, int] = {}
+        for name in planned.nodes:
+            index = state.node_index.get(name)
+            local = None if index is None else pool.local_of.get(index)
+            if local is None:
+                break
+            pods[local] = pods.get(local, 0) + 1
+        else:
+            kept[ask.job.id] = (planned.gpu_class, sorted(pods.items()))
+    return kept

@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from queues.admission.reasons import PendingReason
-from queues.admission.snapshot import CapacityKind, JobId, ReservationId
+from queues.admission.snapshot import CapacityKind, JobId, PlannedNodes, ReservationId
 
 
 def gpu_eq_json(value: Fraction) -> int | float:
@@ -187,6 +187,9 @@ class Plan:
     # Nodes to ask node pools for (``ScaleUp``); None: not decided by this plan (no node pools,
     # or a plan without the forecast, which a scale-up's timing depends on).
     scale_up: tuple[ScaleUp, ...] | None = None
+    # Where the pass reserved each blocked job's start (its head-of-queue reservation), by job
+    # id: the next snapshot passes it back as ``PendingJob.planned_nodes``.
+    planned_nodes: tuple[tuple[JobId, PlannedNodes], ...] = ()
 
     def status(self, job_id: JobId) -> PendingStatus | None:
         """The pending status of ``job_id``, or None if it was admitted or is unknown."""
@@ -221,5 +224,8 @@ class Plan:
             "probe_estimates": [
                 {"job_id": job_id, "estimated_start": estimate.to_dict()}
                 for job_id, estimate in self.probe_estimates
+            ],
+            "planned_nodes": [
+                {"job_id": job_id, **planned.to_dict()} for job_id, planned in self.planned_nodes
             ],
         }

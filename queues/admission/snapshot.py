@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from fractions import Fraction
+from typing import Any
 
 from queues.admission.capability import CapabilityRequest, GpuClassSpec
 
@@ -268,6 +269,20 @@ class RunningJob:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedNodes:
+    """The nodes a plan's head-of-queue reservation chose for a waiting job on ``gpu_class``:
+    one node name per pod (``Plan.planned_nodes``). Passed back with the job in the next
+    snapshot (``PendingJob.planned_nodes``), the job starts there, and is reserved there again,
+    where they still fit."""
+
+    gpu_class: str
+    nodes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu_class": self.gpu_class, "nodes": list(self.nodes)}
+
+
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     """A job waiting for admission.
 
@@ -282,6 +297,8 @@ class PendingJob:
     ``not_before`` holds it back until then: the cluster could not start it ``rollbacks`` times
     in a row after admission (for reasons the engine does not model, such as CPU or memory the
     nodes lack), and ``unschedulable`` is what the cluster's scheduler said the last time.
+
+    ``planned_nodes``: where the previous plan reserved its start (``Plan.planned_nodes``).
     """
 
     id: JobId
@@ -302,6 +319,7 @@ class PendingJob:
     rollbacks: int = 0
     unschedulable: str = ""
     forecast: Forecast | None = None
+    planned_nodes: PlannedNodes | None = None
 
 
 @dataclass(frozen=True, slots=True)

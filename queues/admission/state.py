@@ -662,8 +662,12 @@ def place(
     free: Sequence[int] | None = None,
     eligible: Sequence[bool] | None = None,
     hbm_free: Sequence[int] | None = None,
+    kept: Placement | None = None,
 ) -> Placement | None:
     """Where ``shape``'s pods go in ``pool``, or None if they do not fit.
+
+    ``kept`` first: the nodes a head-of-queue reservation chose for the job (in an earlier pass or
+    plan), where they still take its pods, so the nodes planned around it stay its own.
 
     One pod: best fit (the eligible node with the fewest free devices that still fit), so large
     blocks stay whole for gangs. Several pods: the fewest nodes; among placements with that many
@@ -675,6 +679,8 @@ def place(
     """
     own = free is None and eligible is None and hbm_free is None
     view: Sequence[int] = pool.free if free is None else free
+    if kept and _kept_fits(pool, shape, kept, view, eligible, hbm_free):
+        return kept
     excluded = shape.excluded
     if (
         shape.pods == 1
@@ -717,6 +723,28 @@ def place(
         return best
     labels = pool.rack if shape.topology is TopologyScope.RACK else pool.domain
     return _best_in_domain(candidates, shape.pods, view, labels)
+
+
+def _kept_fits(
+    pool: Pool,
+    shape: Shape,
+    kept: Placement,
+    view: Sequence[int],
+    eligible: Sequence[bool] | None,
+    hbm_free: Sequence[int] | None,
+) -> bool:
+    """Whether ``kept`` still places every pod of ``shape`` (on nodes that may take them)."""
+    if sum(pods for _, pods in kept) != shape.pods:
+        return False
+    usable = pool.eligible if eligible is None else eligible
+    for local, pods in kept:
+        if not usable[local] or (shape.excluded and local in shape.excluded):
+            return False
+        if pool.tainted and not tolerates(pool, local, shape.tolerations):
+            return False
+        if pods_fit(pool, local, shape, view, hbm_free) < pods:
+            return False
+    return True
 
 
 def _fewest(

@@ -253,6 +253,12 @@ def play(start: Snapshot, runs: Mapping[JobId, timedelta] | None = None) -> dict
                     forecast=job.forecast,
                 )
             )
+        # the next plan gets where this one reserved each waiting job's start, as the
+        # reconcile passes it on (``PendingJob.planned_nodes``)
+        planned = dict(result.planned_nodes)
+        for job_id, job in waiting.items():
+            if job.planned_nodes != planned.get(job_id):
+                waiting[job_id] = replace(job, planned_nodes=planned.get(job_id))
         later = [ends[job.id] for job in running if ends[job.id] > now]
         if not waiting or not later:
             break

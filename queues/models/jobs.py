@@ -167,6 +167,14 @@ class Job(models.Model):
     )
     position = models.PositiveIntegerField(null=True, blank=True)
     queue_length = models.PositiveIntegerField(null=True, blank=True)
+    planned_nodes = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "Where the last plan reserved its start: {gpu_class, nodes (one per pod)}; the next "
+            "plan starts it there where they still fit."
+        ),
+    )
 
     objects = JobQuerySet.as_manager()
 

@@ -131,7 +131,9 @@ def pending_reasons_store(
         "estimated_start_note",
         "position",
         "queue_length",
+        "planned_nodes",
     ]
+    planned = {job_id: nodes.to_dict() for job_id, nodes in plan.planned_nodes}
     # Every pending job the plan saw (one submitted since is not in it yet); no list of ids:
     # at 15,000 waiting jobs the IN list alone cost seconds to send.
     current = Job.objects.filter(state=JobState.PENDING)
@@ -159,6 +161,7 @@ def pending_reasons_store(
             estimate.why_unknown[:300],
             status.position,
             status.queue_length,
+            planned.get(job_id, {}),
         )
         if list(values) != stored:
             changed[job_id] = dict(zip(fields, values, strict=True))
@@ -339,6 +342,7 @@ ADMITTED_CLEARS: dict[str, Any] = {
     "start_range_low": None,
     "start_range_high": None,
     "estimated_start_note": "",
+    "planned_nodes": {},
 }
 
 

@@ -249,6 +249,7 @@ _PENDING_COLUMNS = (
     "not_before",
     "rollbacks",
     "image",
+    "planned_nodes",
 )
 PendingRow = namedtuple("PendingRow", _PENDING_COLUMNS)  # type: ignore[misc]
 # Every waiting job's row (``_PENDING_COLUMNS``). Plain values, not model instances: a thousand
@@ -311,11 +312,19 @@ def _pending(
                 rollbacks=row.rollbacks,
                 unschedulable=key[2],
                 forecast=key[3],
+                planned_nodes=_planned_nodes(row.planned_nodes),
             )
         built[row.id] = (key, job)
         jobs.append(job)
     _PENDING_BUILT = built
     return tuple(jobs)
+
+
+def _planned_nodes(stored: dict[str, Any]) -> engine.PlannedNodes | None:
+    """Where the last plan reserved the job's start (``Job.planned_nodes``), for the engine."""
+    if not stored or not stored.get("nodes"):
+        return None
+    return engine.PlannedNodes(str(stored["gpu_class"]), tuple(str(n) for n in stored["nodes"]))
 
 
 def _scheduler_messages(job_ids: list[int]) -> dict[int, str]:

@@ -16,8 +16,7 @@ from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 
-import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from queues.admission import (
@@ -26,6 +25,7 @@ from queues.admission import (
     Node,
     PendingJob,
     Plan,
+    PlannedNodes,
     PreemptionClass,
     RunningJob,
     Snapshot,
@@ -33,7 +33,16 @@ from queues.admission import (
     plan,
     resolve_capability,
 )
-from queues.admission.testing import GPU_CLASSES, NOW, node, pending, queue, running, team
+from queues.admission.testing import (
+    GPU_CLASSES,
+    NOW,
+    node,
+    pending,
+    play,
+    queue,
+    running,
+    team,
+)
 from tests.queues.admission.strategies import (
     CAPS,
     EVENT_KINDS,
@@ -409,22 +418,15 @@ def test_a_later_arrival_never_moves_the_latest_start_of_a_job_ahead_of_it(
     _later_arrivals_keep_the_bound(*scenario)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="node placement: a later job that takes part of a node can send a job ahead of it "
-    "to another node and change the gaps behind it (docs/admission.md, step 7)",
-)
 @given(arrivals(one_node=False))
-# the same examples every run (it is expected to fail, so it must fail every time), and no
-# shrinking of a failure that is known: drop ``phases`` to see the shrunk example
-@settings(PROPERTIES, derandomize=True, database=None, phases=(Phase.generate,))
+@PROPERTIES
 def test_a_later_arrival_never_moves_the_latest_start_of_a_job_ahead_of_it_by_placement(
     scenario: tuple[Snapshot, list[PendingJob]],
 ) -> None:
-    """The same across four nodes, where the node a job lands on is chosen again each pass.
-    Shrunk example (``_placement_example``): a 1-GPU job submitted last backfills onto n2 at
-    12:09; at 12:14 the jobs ahead, placed anew by best fit, spread over n2, n3 and n1, and the
-    8-GPU job 13 finds no whole node until 12:19 (it was told 12:14)."""
+    """The same across four nodes. A job starts on the nodes its head-of-queue reservation
+    chose, where they still fit (``PendingJob.planned_nodes``, ``Pass.kept``): before, the jobs
+    ahead were placed anew by best fit each pass, and a later job's backfill could send them to
+    the nodes a job behind them was planned on (``_placement_example``)."""
     _later_arrivals_keep_the_bound(*scenario)
 
 
@@ -472,18 +474,48 @@ def _placement_example() -> tuple[Snapshot, PendingJob]:
     return start, later
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="node placement: job 52 backfills onto n2 at 12:09; at 12:14 the jobs ahead are "
-    "placed anew by best fit and job 13 (8 GPUs) finds no whole node until 12:19",
-)
 def test_a_later_one_gpu_job_does_not_move_a_whole_node_job_ahead_of_it() -> None:
+    """Job 52 (1 GPU) backfills onto n2 at 12:09. When each pass placed the jobs ahead anew by
+    best fit, at 12:14 they spread over n2, n3 and n1 and job 13 (8 GPUs), told 12:14, found no
+    whole node until 12:19. Now they start on the nodes reserved for them and job 13 on its
+    own: it is told 12:19 with or without job 52, and starts then either way (the engine stepped
+    through time, passing each plan's reserved nodes to the next: ``testing.play``). The price of
+    a kept promise: without job 52, repacking at 12:14 would have started job 13 five minutes
+    sooner."""
     start, later = _placement_example()
+    with_later = dataclasses.replace(start, pending=(*start.pending, later))
     before = plan(start).status(13)
-    after = plan(dataclasses.replace(start, pending=(*start.pending, later))).status(13)
+    after = plan(with_later).status(13)
     assert before is not None and after is not None
-    assert before.estimated_start.at == NOW + timedelta(minutes=14)
-    assert after.estimated_start.at == NOW + timedelta(minutes=14)  # is 12:19
+    assert before.estimated_start.at == NOW + timedelta(minutes=19)
+    assert after.estimated_start.at == NOW + timedelta(minutes=19)
+    assert play(start)[13] == NOW + timedelta(minutes=19)
+    assert play(with_later)[13] == NOW + timedelta(minutes=19)
+
+
+def test_a_job_starts_on_the_nodes_its_reservation_chose_where_they_still_fit() -> None:
+    """The plan says where it reserved each blocked job's start (``Plan.planned_nodes``); given
+    back in the next snapshot, the job starts there even where best fit would pick another
+    node, and elsewhere once they no longer fit."""
+    start, _ = _placement_example()
+    planned = dict(plan(start).planned_nodes)
+    assert planned[13].gpu_class == "h100-80gb" and len(planned[13].nodes) == 1
+    # at 12:20 every running job has ended: all four nodes are empty, best fit takes n0
+    empty = dataclasses.replace(start, now=NOW + timedelta(minutes=20), running=())
+    job = next(j for j in start.pending if j.id == 13)
+    alone = dataclasses.replace(empty, pending=(job,))
+    assert plan(alone).admission(13).nodes == ("n0",)
+    for name in ("n1", "n2", "n3"):
+        kept = dataclasses.replace(job, planned_nodes=PlannedNodes("h100-80gb", (name,)))
+        assert plan(dataclasses.replace(empty, pending=(kept,))).admission(13).nodes == (name,)
+    # n3 busy with a 4-GPU job: the kept node no longer takes 8 GPUs, best fit decides
+    busy = running(903, "vision", "n3", 4, started=timedelta(0), runtime=timedelta(hours=1))
+    kept = dataclasses.replace(job, planned_nodes=PlannedNodes("h100-80gb", ("n3",)))
+    late = dataclasses.replace(empty, running=(busy,), pending=(kept,))
+    assert plan(late).admission(13).nodes == ("n0",)
+    # a node gone from the cluster: the planned nodes are dropped
+    gone = dataclasses.replace(job, planned_nodes=PlannedNodes("h100-80gb", ("n9",)))
+    assert plan(dataclasses.replace(empty, pending=(gone,))).admission(13).nodes == ("n0",)
 
 
 # ---------------------------------------------------------------------- the strategies reach the hard cases
