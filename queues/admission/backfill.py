@@ -273,14 +273,13 @@ _NO_ENDS = _TeamEnds([], [0], [0])
 
 def _profile(state: State, gpu_class: str) -> _Profile:
     """The class's ``_Profile``, kept for as long as the class does not change."""
-    key = ("profile", gpu_class, state.class_changes[gpu_class])
-    cached = state.memo.get(key)
-    if cached is None:
+    changes = state.class_changes[gpu_class]
+    cached = state.profiles.get(gpu_class)
+    if cached is None or cached[0] != changes:
         allocs = sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
         ends = [(a, sum(s.eq for s in a.spots if s.pool.eligible[s.local])) for a in allocs]
-        cached = state.memo[key] = _Profile([a.end for a in allocs], ends)
-    assert isinstance(cached, _Profile)
-    return cached
+        cached = state.profiles[gpu_class] = (changes, _Profile([a.end for a in allocs], ends))
+    return cached[1]
 
 
 @dataclass(slots=True)
@@ -637,12 +636,18 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
 
 
 def fit_shadowed(
-    run: Pass, ask: Ask, gpu_class: str, options: list[Option], reserved: bool = True
+    run: Pass,
+    ask: Ask,
+    gpu_class: str,
+    options: list[Option],
+    reserved: bool = True,
+    probe: bool = False,
 ) -> Fit | None:
     """``fit_class`` under the head-of-queue reservations ahead (unless not ``reserved``): a job
-    that would still run when one starts may use only what that one leaves."""
+    that would still run when one starts may use only what that one leaves. A real job takes
+    the nodes its reservation chose first (``Pass.kept``); a ``probe`` has none."""
     state = run.state
-    kept = run.kept_nodes(ask.job.id, gpu_class)
+    kept = None if probe else run.kept_nodes(ask.job.id, gpu_class)
     if not reserved:
         return fit_class(state, ask, gpu_class, options, kept=kept)
     options = quota_guard(run, ask, gpu_class, options)

@@ -379,8 +379,7 @@ def _user_blocked(state: State, ask: Ask) -> bool:
         return True
     if eq_cap is None:
         return False
-    limit = state.memo.get(("user eq cap", queue.name))
+    limit = state.user_eq_caps.get(queue.name)
     if limit is None:
-        limit = state.memo[("user eq cap", queue.name)] = state.eq_units(eq_cap)
-    assert isinstance(limit, int)
+        limit = state.user_eq_caps[queue.name] = state.eq_units(eq_cap)
     return state.user_eq.get(key, 0) + ask.min_demand > limit

@@ -61,7 +61,8 @@ def probe_fits_now(run: Pass, ask: Ask) -> bool:
     if ask.static or user_limit_cause(run.state, ask) is not None:
         return False
     return any(
-        fit_shadowed(run, ask, c, entitlement(run.state, ask, c)) is not None for c in ask.classes
+        fit_shadowed(run, ask, c, entitlement(run.state, ask, c), probe=True) is not None
+        for c in ask.classes
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from queues.admission.reasons import PendingReason
 from queues.admission.snapshot import (
@@ -32,6 +33,9 @@ from queues.admission.snapshot import (
     Snapshot,
     TopologyScope,
 )
+
+if TYPE_CHECKING:  # the type of a cache this state keeps for backfill.py
+    from queues.admission.backfill import _Profile
 
 EXCLUSIVE = "x"
 MIG = "m"
@@ -269,9 +273,11 @@ class State:
         self.holders: dict[tuple[str, str], list[int]] = {}
         self.outside: dict[str, int] = {name: 0 for name in self.classes}
         self.user_allocs: dict[tuple[str, str], dict[JobId, Alloc]] = {}
-        # Per-plan caches, each keyed and valued by what it keeps. ``memo`` is the engine pass's
-        # own (engine.py: jobs by end per class and state version).
-        self.memo: dict[tuple[object, ...], object] = {}
+        # Per-plan caches, each keyed and valued by what it keeps. backfill.py: a class's running
+        # jobs by end as running sums, with the class's ``class_changes`` they were made at;
+        # estimate.py: a queue's per-user GPU-eq cap, scaled
+        self.profiles: dict[str, tuple[int, _Profile]] = {}
+        self.user_eq_caps: dict[str, int] = {}
         # never.py: the verdict per ask (``Ask.key``), queue and user; whether a shape fits a
         # pool (by ``id``) once it is empty
         self.never_fits_memo: dict[tuple[int, str, str], PendingReason | None] = {}

@@ -64,18 +64,12 @@ class _QuotaWalk:
 
 
 def _class_ends(state: State, gpu_class: str) -> list[tuple[datetime, Alloc, int]]:
-    """The class's jobs by end time with the GPU-eq each holds on eligible nodes, kept for as
-    long as the class does not change (every reservation of a pass walks it)."""
-    key = ("ends", gpu_class, state.changes)
-    cached = state.memo.get(key)
-    if cached is None:
-        cached = [
-            (a.end, a, sum(s.eq for s in a.spots if s.pool.eligible[s.local]))
-            for a in sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
-        ]
-        state.memo[key] = cached
-    assert isinstance(cached, list)
-    return cached
+    """The class's jobs by end time with the GPU-eq each holds on eligible nodes (the engine
+    keeps them per class version; this reference works them out each time)."""
+    return [
+        (a.end, a, sum(s.eq for s in a.spots if s.pool.eligible[s.local]))
+        for a in sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
+    ]
 
 
 _ENDS, _RESERVED_ENDS, _RESERVED_STARTS = 0, 1, 2
@@ -162,13 +156,7 @@ class _AtStart:
 
 
 def _class_end_events(state: State, gpu_class: str) -> list[_Event]:
-    key = ("end events", gpu_class, state.changes)
-    cached = state.memo.get(key)
-    if cached is None:
-        cached = [(end, _ENDS, (alloc, eq)) for end, alloc, eq in _class_ends(state, gpu_class)]
-        state.memo[key] = cached
-    assert isinstance(cached, list)
-    return cached
+    return [(end, _ENDS, (alloc, eq)) for end, alloc, eq in _class_ends(state, gpu_class)]
 
 
 def reserve_by_walk(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) -> bool:
