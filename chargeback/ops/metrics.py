@@ -23,7 +23,7 @@ from chargeback.budgets import BudgetCollector
 from chargeback.ops.headline import allowed_classes, class_weeks, week_bounds
 from chargeback.ops.selectors import (
     STATES,
-    capacity_now,
+    capacity_samples_at,
     cluster_status,
     counters,
     latest_minute,
@@ -151,7 +151,7 @@ class PortalCollector(Collector):
         yield held
 
         minute = latest_minute()
-        samples = capacity_now(minute)
+        samples = capacity_samples_at(minute)
         capacity = GaugeMetricFamily(
             f"{PREFIX}_capacity_gpus",
             "GPU-equivalents by GPU class and state (in_use, free, reserved_idle, unhealthy, "

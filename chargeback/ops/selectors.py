@@ -65,7 +65,7 @@ def latest_minute() -> datetime | None:
     return CapacitySample.objects.aggregate(at=Max("at"))["at"]
 
 
-def capacity_now(minute: datetime | None) -> list[CapacitySample]:
+def capacity_samples_at(minute: datetime | None) -> list[CapacitySample]:
     """Each GPU class's sample at ``minute`` (GPU-equivalents by state, fragmentation)."""
     if minute is None:
         return []

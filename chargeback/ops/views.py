@@ -22,8 +22,8 @@ from chargeback.ops.metrics import metrics_text
 from chargeback.ops.selectors import (
     STATE_LABELS,
     STATES,
-    capacity_now,
     capacity_over_time,
+    capacity_samples_at,
     cluster_status,
     fragmentation_over_time,
     latest_minute,
@@ -55,7 +55,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     hour = now.replace(minute=0, second=0, microsecond=0)
     day_start = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=DAYS - 1)
     hourly_start = hour - timedelta(hours=HOURS - 1)
-    samples = capacity_now(minute)
+    samples = capacity_samples_at(minute)
     by_day = capacity_over_time(start=day_start, end=now, bucket="day")
     by_hour = capacity_over_time(start=hourly_start, end=now, bucket="hour")
     pending = pending_now(minute)
