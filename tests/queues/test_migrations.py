@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 from portal.masking import MASK
-from queues.models import CapabilityClass, Job, Queue, Team
-from tests.factories import JobFactory
+from queues.models import Job
 
 BEFORE = ("queues", "0021_job_env_from_secrets_submission_settings")
 MASKING = ("queues", "0022_mask_stored_secret_values")
@@ -30,14 +32,28 @@ def migrated_back_to_the_latest():
     executor.migrate(executor.loader.graph.leaf_nodes())
 
 
-def job(owner, state: str, env: dict) -> Job:
-    return JobFactory(
-        owner=owner,
-        team=Team.objects.get(name="nlp"),
-        queue=Queue.objects.get(name="batch"),
-        capability_class=CapabilityClass.objects.get(name="any-gpu"),
+def job(owner, state: str, env: dict):
+    """A job row as the schema at ``BEFORE`` has it (the historical model: the current one has
+    columns added since)."""
+    apps = MigrationExecutor(connection).loader.project_state(BEFORE).apps
+    names = {
+        "team": ("Team", "nlp"),
+        "queue": ("Queue", "batch"),
+        "capability_class": ("CapabilityClass", "any-gpu"),
+    }
+    related = {
+        f"{field}_id": apps.get_model("queues", model).objects.get(name=name).pk
+        for field, (model, name) in names.items()
+    }
+    return apps.get_model("queues", "Job").objects.create(
+        owner_id=owner.pk,
+        image="registry.example/train:1",
+        command=["python", "train.py"],
+        runtime_limit=timedelta(hours=1),
+        submitted_at=timezone.now(),
         state=state,
         env=env,
+        **related,
     )
 
 

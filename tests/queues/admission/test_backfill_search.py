@@ -25,7 +25,17 @@ def _reservations(run: Pass) -> tuple:
     return (
         {
             gpu_class: [
-                (s.job_id, s.time, s.end, id(s.pool), list(s.used), s.eq, list(s.extra), s.eq_extra)
+                (
+                    s.job_id,
+                    s.time,
+                    s.end,
+                    id(s.pool),
+                    list(s.used),
+                    s.eq,
+                    list(s.extra),
+                    s.eq_extra,
+                    list(s.placement),
+                )
                 for s in shadows
             ]
             for gpu_class, shadows in run.shadows.items()

@@ -215,7 +215,8 @@ def reserve_by_walk(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Opt
                 for local, value in at.free.items():
                     if value < free[local]:
                         free[local] = value
-        placement = place(pool, shape, free)
+        # the nodes its earlier reservation chose first, as the search does (``Pass.kept``)
+        placement = place(pool, shape, free, kept=run.kept_nodes(ask.job.id, gpu_class))
         if placement is None:
             continue
         used = [(local, pods * shape.devices) for local, pods in placement]
@@ -229,7 +230,9 @@ def reserve_by_walk(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Opt
                     for local, devices in used:
                         shadow.extra[local] -= devices
         shadows.append(
-            Shadow(ask.job.id, when, end, pool, used, demand, extra, room.usable - demand)
+            Shadow(
+                ask.job.id, when, end, pool, used, demand, extra, room.usable - demand, placement
+            )
         )
         if quota is not None:
             for reserved in quotas:
