@@ -1,4 +1,4 @@
-"""Formatting shared by every page: durations, GPU amounts, time stamps."""
+"""Formatting shared by every page: durations, GPU amounts, money, time stamps."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from portal.formatting import (
     format_memory,
     format_relative,
     format_shape,
+    money_text,
     reason_words,
 )
 from portal.masking import shown_env
@@ -47,6 +48,14 @@ def gpus(value: Decimal | int | None) -> str:
         if number != number.to_integral_value()
         else str(int(number))
     )
+
+
+@register.filter
+def money(value: Decimal | None, currency: str = "") -> str:
+    """An amount as people read it, with its currency when given: ``Decimal("15837.09")|money:
+    "EUR"`` → ``15,837.09 EUR``; ``—`` (no currency) for None (not rated)."""
+    text = money_text(value)
+    return f"{text} {currency}" if value is not None and currency else text
 
 
 # A UTC time stamp inside a text: ``2025-03-04 14:30 UTC`` (reasons, hints) or ISO 8601 in UTC
