@@ -23,6 +23,7 @@ from portal.formatting import (
     format_relative,
     format_shape,
     money_text,
+    number_text,
     reason_words,
 )
 from portal.masking import shown_env
@@ -56,6 +57,13 @@ def money(value: Decimal | None, currency: str = "") -> str:
     "EUR"`` → ``15,837.09 EUR``; ``—`` (no currency) for None (not rated)."""
     text = money_text(value)
     return f"{text} {currency}" if value is not None and currency else text
+
+
+@register.filter
+def hours(value: Decimal | None) -> str:
+    """Hours (GPU-hours, device-hours) with thousands separated and their places kept:
+    ``Decimal("19507.210")`` → ``19,507.210``; ``—`` for None."""
+    return number_text(value)
 
 
 # A UTC time stamp inside a text: ``2025-03-04 14:30 UTC`` (reasons, hints) or ISO 8601 in UTC

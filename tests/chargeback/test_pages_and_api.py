@@ -112,6 +112,9 @@ def test_pages_write_money_with_thousands_separated_and_exports_keep_plain_decim
     assert 'data-testid="total">15,839.84 EUR</th>' in page
     assert 'data-testid="headline-cost">15,839.84 EUR' in page
     assert "15839.84" not in page
+    # GPU-hours too: 8 × 412.496 h
+    assert '<td class="num">3,299.967</td><td class="num">3,299.967</td>' in page
+    assert '<td class="num">13,199.867</td>' in page  # normalized: × 4
     assert 'data-testid="total">15,839.84 EUR</th>' in team
     assert "15,839.84 EUR" in job
     assert [row["cost"] for row in exported if row["kind"] == "line"] == ["15839.84"]

@@ -36,3 +36,17 @@ def test_the_money_filter_adds_the_currency_only_to_an_amount():
     assert money(D("-6"), "EUR") == "-6.00 EUR"
     assert money(D("921.6")) == "921.60"
     assert money(None, "EUR") == "—"
+
+
+def test_hours_keep_their_places_with_thousands_separated():
+    from decimal import Decimal as D
+
+    from portal.formatting import number_text
+    from portal.templatetags.portal_tags import hours
+
+    assert number_text(D("19507.210")) == "19,507.210"
+    assert number_text(D("999.999")) == "999.999"
+    assert number_text(D("0.000")) == "0.000"
+    assert number_text(D("-1234")) == "-1,234"
+    assert hours(D("28800.000")) == "28,800.000"
+    assert hours(None) == "—"
