@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from chargeback.forecast import Forecast
 from chargeback.models import Period, month_end, month_start
 from chargeback.statements import Line, statement
+from portal.formatting import money_text
 from queues.models import Budget, BudgetOverrun, BudgetScope, Team
 
 METRICS_PREFIX = "gpuportal"
@@ -74,11 +75,12 @@ class BudgetStatus:
     def message(self) -> str:
         label = "team" if self.scope == BudgetScope.TEAM else "cost center"
         text = (
-            f"{label} {self.name}, {self.month:%Y-%m}: {self.spent} {self.currency} spent so far "
-            f"({self.spent_percent} % of its budget of {self.amount} {self.currency})"
+            f"{label} {self.name}, {self.month:%Y-%m}: {money_text(self.spent)} {self.currency} "
+            f"spent so far ({self.spent_percent} % of its budget of {money_text(self.amount)} "
+            f"{self.currency})"
         )
         if self.forecast is not None:
-            text += f"; forecast to the month's end {self.forecast} {self.currency} "
+            text += f"; forecast to the month's end {money_text(self.forecast)} {self.currency} "
             text += f"({self.forecast_percent} %)"
         return text
 

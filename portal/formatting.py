@@ -1,12 +1,12 @@
-"""How durations, times and values are written and read, the same everywhere: pages, the API,
-policy files and their diffs."""
+"""How durations, times, amounts and values are written and read, the same everywhere: pages, the
+API, policy files and their diffs."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 # ASCII digits only: "١h" (an Arabic-Indic one) is not read as 1h.
@@ -65,6 +65,30 @@ def display(value: Any) -> str:
     if value == "":
         return '""'
     return str(value)
+
+
+CENT = Decimal("0.01")
+
+
+def money_text(value: Decimal | None) -> str:
+    """An amount of money as people read it: to the cent (half up, as statements round),
+    thousands separated by ",", a "-" before a negative amount; "—" for None (not rated):
+    ``Decimal("15837.09")`` → ``"15,837.09"``, ``Decimal("-6")`` → ``"-6.00"``. For pages,
+    e-mails and notification texts only: the API, CSV exports and metrics keep plain decimals."""
+    if value is None:
+        return "—"
+    cents = Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP)
+    if not cents:
+        cents = abs(cents)  # -0.004 rounds to zero, not to "-0.00"
+    return f"{cents:,.2f}"
+
+
+def number_text(value: Decimal | None) -> str:
+    """A decimal number (GPU-hours, GPU-equivalents) with thousands separated by "," and the
+    places it has: ``Decimal("12345.678")`` → ``"12,345.678"``; "—" for None."""
+    if value is None:
+        return "—"
+    return f"{Decimal(value):,f}"
 
 
 # CPU as people write it: "4", "4 cores", "0.5", "500m" (millicores). Memory: "32 GiB", "32Gi",

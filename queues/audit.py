@@ -9,8 +9,11 @@ values (``changes``). Policy models are registered in ``register_policy_models``
 
 Bulk writes fire no signals: ``bulk_create``, ``bulk_update`` and ``QuerySet.update`` used on a
 policy object must call ``audit_created`` or ``audit_changed`` themselves. Node maintenance is an
-action on the cluster, not a policy row: ``audit_action`` records it against the node. The
-reconcile's mirror rows (jobs, nodes' facts, usage) are not audited.
+action on the cluster, not a policy row: ``audit_action`` records it against the node. A team's
+webhook is not registered (its row holds the signing secret, and is made on first view): its
+service records each change of URL or events with ``audit_changed`` and a new secret with
+``audit_action`` ("rotated", never the secret). The reconcile's mirror rows (jobs, nodes' facts,
+usage) are not audited.
 """
 
 from __future__ import annotations
@@ -167,7 +170,8 @@ def audit_created(objects: Iterable[Model]) -> None:
 
 
 def audit_changed(obj: Model, changes: Mapping[str, tuple[Any, Any]]) -> None:
-    """Record an update written with ``QuerySet.update`` or ``bulk_update``: field → (old, new)."""
+    """Record an update no signal records (written with ``QuerySet.update`` or ``bulk_update``,
+    or of a model not registered here, such as a team's webhook): field → (old, new)."""
     LogEntry.objects.log_create(
         obj,
         force_log=True,

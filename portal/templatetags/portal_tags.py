@@ -1,4 +1,4 @@
-"""Formatting shared by every page: durations, GPU amounts, time stamps."""
+"""Formatting shared by every page: durations, GPU amounts, money, time stamps."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from portal.formatting import (
     format_memory,
     format_relative,
     format_shape,
+    money_text,
+    number_text,
     reason_words,
 )
 from portal.masking import shown_env
@@ -47,6 +49,21 @@ def gpus(value: Decimal | int | None) -> str:
         if number != number.to_integral_value()
         else str(int(number))
     )
+
+
+@register.filter
+def money(value: Decimal | None, currency: str = "") -> str:
+    """An amount as people read it, with its currency when given: ``Decimal("15837.09")|money:
+    "EUR"`` → ``15,837.09 EUR``; ``—`` (no currency) for None (not rated)."""
+    text = money_text(value)
+    return f"{text} {currency}" if value is not None and currency else text
+
+
+@register.filter
+def hours(value: Decimal | None) -> str:
+    """Hours (GPU-hours, device-hours) with thousands separated and their places kept:
+    ``Decimal("19507.210")`` → ``19,507.210``; ``—`` for None."""
+    return number_text(value)
 
 
 # A UTC time stamp inside a text: ``2025-03-04 14:30 UTC`` (reasons, hints) or ISO 8601 in UTC

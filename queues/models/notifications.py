@@ -82,7 +82,8 @@ class TeamWebhook(models.Model):
     )
 
     def __str__(self) -> str:
-        return f"team {self.team_id} → {self.url or '(none)'}"
+        # The audit log's name for it (queues.audit): the team's.
+        return self.team.name
 
 
 class DeliveryStatus(models.TextChoices):

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from portal.http import signed_in
 from portal.parsers import PortalJSONParser
 from portal.schema import ErrorDetailSerializer
+from queues.audit import AuditSource, audit_context
 from queues.models import Team, TeamWebhook
 from queues.notifications.preferences import (
     preferences_of,
@@ -125,12 +126,13 @@ class TeamWebhookView(APIView):
         found = get_object_or_404(Team.objects.active(), name=team)
         body = TeamWebhookSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        hook = team_webhook_set(
-            team=found,
-            url=body.validated_data.get("url"),
-            events=body.validated_data.get("events"),
-            now=timezone.now(),
-        )
+        with audit_context(actor=signed_in(request.user), source=AuditSource.API):
+            hook = team_webhook_set(
+                team=found,
+                url=body.validated_data.get("url"),
+                events=body.validated_data.get("events"),
+                now=timezone.now(),
+            )
         return Response(TeamWebhookSerializer(_team_hook(hook)).data)
 
 
@@ -151,5 +153,6 @@ class TeamWebhookSecretView(APIView):
     )
     def post(self, request: Request, team: str) -> Response:
         found = get_object_or_404(Team.objects.active(), name=team)
-        team_webhook_secret_rotate(team=found)
+        with audit_context(actor=signed_in(request.user), source=AuditSource.API):
+            team_webhook_secret_rotate(team=found)
         return Response(TeamWebhookSerializer(_team_hook(team_webhook_of(found))).data)

@@ -29,7 +29,7 @@ from django.contrib.auth.models import User
 from django.db.models import F, Max, Min, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-from portal.formatting import format_datetime
+from portal.formatting import format_datetime, money_text
 from portal.roles import admins_and_finance
 from queues.jobs.selectors import job_drain_notice
 from queues.models import (
@@ -348,8 +348,8 @@ def budget_notices(*, now: datetime) -> list[Notice]:
         percent = (o.spent * 100 / o.amount).quantize(Decimal("0.1"))
         month = f"{o.month:%Y-%m}"
         text = (
-            f"{label} {o.name} is past its budget for {month}: {o.spent} {o.currency} spent of "
-            f"{o.amount} {o.currency} ({percent} %), seen {when(o.at)}."
+            f"{label} {o.name} is past its budget for {month}: {money_text(o.spent)} {o.currency} "
+            f"spent of {money_text(o.amount)} {o.currency} ({percent} %), seen {when(o.at)}."
         )
         link = f"{settings.PORTAL_URL}/chargeback/?month={month}" if settings.PORTAL_URL else ""
         notices.append(

@@ -11,6 +11,7 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from queues.audit import audit_action, audit_changed
 from queues.models import (
     NotificationChannel,
     NotificationEvent,
@@ -127,12 +128,14 @@ def team_webhook_set(
     """Store ``team``'s webhook URL ("" removes it) and the events it receives, each unless
     None; after a change at ``now`` nothing that happened before it is sent. The values are
     already checked (form or serializer): ``url`` by ``webhook_url_problem``, ``events`` within
-    ``TEAM_EVENTS``."""
+    ``TEAM_EVENTS``. A change is audited (old → new URL and events), as the caller's request
+    (``queues.audit``) says who made it and from where."""
     if events is not None and set(events) - {e.value for e in TEAM_EVENTS}:
         raise ValueError(f"not a team event: {sorted(set(events) - set(TEAM_EVENTS))}")
     with transaction.atomic():
         hook = team_webhook_of(team)
         fields = []
+        before = {"url": hook.url, "events": list(hook.events)}
         if url is not None and url != hook.url:
             hook.url = url
             fields.append("url")
@@ -146,14 +149,18 @@ def team_webhook_set(
             # collector re-reads some of the timeline it had read).
             hook.since = now
             hook.save(update_fields=[*fields, "since"])
+            audit_changed(hook, {name: (before[name], getattr(hook, name)) for name in fields})
     return hook
 
 
 def team_webhook_secret_rotate(*, team: Team) -> None:
-    """A new signing secret for ``team``'s webhook (the old one stops verifying at once)."""
-    hook = team_webhook_of(team)
-    hook.secret = secrets.token_hex(32)
-    hook.save(update_fields=["secret"])
+    """A new signing secret for ``team``'s webhook (the old one stops verifying at once); audited
+    as rotated, never with either secret."""
+    with transaction.atomic():
+        hook = team_webhook_of(team)
+        hook.secret = secrets.token_hex(32)
+        hook.save(update_fields=["secret"])
+        audit_action(hook, what="secret rotated", changes={"secret": ("", "rotated")})
 
 
 def secret_fingerprint(secret: str) -> str:

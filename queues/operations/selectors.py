@@ -257,6 +257,7 @@ AUDITED_MODELS = (
     "quotarequest",
     "node",
     "rolegroups",
+    "teamwebhook",
     # auth's user: the roles a login's identity-provider groups gave or took
     "user",
 )

@@ -211,10 +211,11 @@ def test_a_member_sees_the_budget_banner_and_the_forecast_in_parts(
 
     banner = page.get_by_test_id("budget-banner")
     expect(banner).to_have_count(1)
-    expect(banner).to_contain_text("Forecast over budget — team nlp, 2026-11: 7680.00 EUR")
+    expect(banner).to_contain_text("Forecast over budget — team nlp, 2026-11: 7,680.00 EUR")
     expect(page.get_by_test_id("forecast")).to_contain_text("Running jobs to likely end")
-    expect(page.get_by_test_id("forecast")).to_contain_text("21504.00 EUR")
+    expect(page.get_by_test_id("forecast")).to_contain_text("21,504.00 EUR")
     expect(page.get_by_test_id("budgets")).to_contain_text("179.2 %")
+    expect(page.get_by_test_id("budgets")).to_contain_text("12,000.00 EUR")
     assert "as_of=2026-11-16T00%3A00%3A00Z" in (page.get_by_test_id("csv").get_attribute("href"))
     _fits(page, width)
     screenshot(f"{width} budget banner and forecast")

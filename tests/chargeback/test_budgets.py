@@ -166,8 +166,8 @@ def test_banners_for_finance_and_for_the_teams_members_only(november, fiona, mia
         "<strong>Forecast over budget</strong>",
     ]
     assert finance[0].endswith(
-        "team nlp, 2026-11: 7680.00 EUR spent so far (64.0 % of its budget of 12000.00 EUR); "
-        "forecast to the month&#x27;s end 15360.00 EUR (128.0 %)."
+        "team nlp, 2026-11: 7,680.00 EUR spent so far (64.0 % of its budget of 12,000.00 EUR); "
+        "forecast to the month&#x27;s end 15,360.00 EUR (128.0 %)."
     )
     assert [b.split(" — ")[1].split(",")[0] for b in banners(mia)] == ["team nlp"]
     assert [b.split(" — ")[1].split(",")[0] for b in banners(sam)] == ["team speech"]
@@ -190,7 +190,7 @@ def test_a_spent_budget_says_over_budget(example_policy, fiona):
     html = client.get("/chargeback/", {"month": "2026-11"}).content.decode()
 
     assert (
-        "<strong>Over budget</strong> — team speech, 2026-11: 1800.00 EUR spent so far (120.0 %"
+        "<strong>Over budget</strong> — team speech, 2026-11: 1,800.00 EUR spent so far (120.0 %"
         in html
     )
 

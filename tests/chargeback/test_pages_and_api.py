@@ -89,6 +89,39 @@ def test_csv_page_and_api_totals_agree_with_the_sum_of_lines(november, fiona, ap
     assert "charged by allocation share" in lines[1]["note"]
 
 
+def test_pages_write_money_with_thousands_separated_and_exports_keep_plain_decimals(
+    example_policy, fiona, api_as
+):
+    # vision: 8 × H100 for 412 h 29 min 45 s = 3299.967 GPU-h × 4 × 1.20 = 15839.84 EUR
+    interval = hold(
+        team="vision",
+        gpu_class="h100-80gb",
+        devices=8,
+        start=datetime(2026, 11, 2, tzinfo=UTC),
+        end=datetime(2026, 11, 19, 4, 29, 45, tzinfo=UTC),
+    )
+    client = _client(fiona)
+
+    page = client.get("/chargeback/", {"month": MONTH}).content.decode()
+    team = client.get("/chargeback/teams/vision/", {"month": MONTH}).content.decode()
+    job = client.get(f"/chargeback/jobs/{interval.job_id}/", {"month": MONTH}).content.decode()
+    exported = _csv(client.get("/chargeback/", {"month": MONTH, "format": "csv"}).content.decode())
+    data = api_as(fiona).get("/api/chargeback/", {"period": MONTH}).json()
+
+    assert '<td class="num">15,839.84 EUR</td>' in page
+    assert 'data-testid="total">15,839.84 EUR</th>' in page
+    assert 'data-testid="headline-cost">15,839.84 EUR' in page
+    assert "15839.84" not in page
+    # GPU-hours too: 8 × 412.496 h
+    assert '<td class="num">3,299.967</td><td class="num">3,299.967</td>' in page
+    assert '<td class="num">13,199.867</td>' in page  # normalized: × 4
+    assert 'data-testid="total">15,839.84 EUR</th>' in team
+    assert "15,839.84 EUR" in job
+    assert [row["cost"] for row in exported if row["kind"] == "line"] == ["15839.84"]
+    assert [line["cost"] for line in data["lines"]] == ["15839.84"]
+    assert data["totals"]["cost"] == {"EUR": "15839.84"}
+
+
 def test_the_api_groups_any_range(november, fiona, api_as):
     response = api_as(fiona).get(
         "/api/chargeback/",

@@ -4,17 +4,21 @@ load generator that keeps queues waiting through the same service as the form.""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
 
 from queues.jobs.requests import job_request_errors
 from queues.management.commands.demo_load import LOAD, PROFILES, WAITING, demo_load_step
 from queues.management.commands.rundemo import Command as RunDemo
-from queues.management.commands.seed_demo import DEMO_JOBS, demo_request
-from queues.models import Job, JobState
+from queues.management.commands.seed_demo import DEMO_JOBS, DEMO_TEAM_WEBHOOK, demo_request
+from queues.models import EventKind, Job, JobEvent, JobState, NotificationDelivery, TeamWebhook
+from queues.notifications.events import notifications_collect
 from simcluster.kubelet import utilization_between, utilization_profile
 from simcluster.nodes import SimulationSettings
 
@@ -38,6 +42,31 @@ def test_seeded_jobs_run_minutes_and_end_before_their_limits(example_policy):
     logins = out.getvalue()
     assert "usable password" not in logins
     assert "finance  fiona  chargeback statements" in logins
+
+
+def test_the_demo_seeds_a_team_webhook_that_sends_nothing_and_says_so(example_policy):
+    call_command("seed_demo", "--jobs", stdout=StringIO())
+    call_command("seed_demo", "--jobs", stdout=StringIO())  # once
+
+    hook = TeamWebhook.objects.get()
+    assert (hook.team.name, hook.url, hook.events) == (*DEMO_TEAM_WEBHOOK, [])
+    # A job of the team fails after it was set: its owner's choices apply, the team's URL (which
+    # nothing in the demo answers) gets nothing to send.
+    notifications_collect(
+        now=timezone.now()
+    )  # the first collection: the timeline so far is history
+    job = Job.objects.filter(team=hook.team).first()
+    at = timezone.now() + timedelta(seconds=1)
+    JobEvent.objects.create(job=job, at=at, kind=EventKind.FAILED, message="exit code 1")
+    notifications_collect(now=at)
+    assert not NotificationDelivery.objects.filter(team=hook.team).exists()
+    admin = Client()
+    admin.force_login(get_user_model().objects.get(username="ada"))
+    listed = admin.get("/manage/team-webhooks/").content.decode()
+    assert f"<code>{hook.url}</code>" in listed
+    assert 'data-testid="no-events">none: nothing is sent</span>' in listed
+    edit = admin.get(f"/manage/team-webhooks/{hook.team.name}/").content.decode()
+    assert "No events are chosen: nothing is sent to this URL until some are." in edit
 
 
 def test_the_load_generator_tops_each_queue_up_and_then_waits(example_policy):

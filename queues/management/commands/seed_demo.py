@@ -14,6 +14,7 @@ from portal.roles import ADMIN, FINANCE_GROUP, role_set
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit
 from queues.models import CapabilityClass, GpuClass, Job, Queue, Team
+from queues.notifications.preferences import team_webhook_of, team_webhook_set
 from queues.operations.services import quota_request_file
 
 # Demo logins for a local demo database only; `make demo` prints them.
@@ -50,6 +51,10 @@ DEMO_UTILIZATION = {
     7: "0:45",
     8: "0:8",
 }
+# A team webhook to show on /manage/team-webhooks/: on the discard port, which nothing in the demo
+# answers, and choosing no events, so nothing is sent to it. (Sent, each delivery would fail and be
+# retried for about forty minutes, a warning in the worker's log at each attempt.)
+DEMO_TEAM_WEBHOOK = ("vision", "http://127.0.0.1:9/demo/vision")
 # Of its runtime limit, the share a demo job's pods run (it ends before the limit, as real jobs do).
 RUN_SHARE = 0.8
 
@@ -120,6 +125,7 @@ class Command(BaseCommand):
         if jobs and not Job.objects.exists():
             # Three closed months first (chargeback's command: this app does not import it).
             call_command("seed_demo_history", stdout=self.stdout)
+            self.seed_team_webhook()
             self.submit_demo_jobs()
         teams = ", ".join(Team.objects.filter(members=member).values_list("name", flat=True))
         self.stdout.write(
@@ -130,6 +136,12 @@ class Command(BaseCommand):
             "  admin    ada    quotas, reservations, maintenance, quota requests "
             "(lands on /manage/; the Django admin at /admin/)"
         )
+
+    def seed_team_webhook(self) -> None:
+        team_name, url = DEMO_TEAM_WEBHOOK
+        team = Team.objects.get(name=team_name)
+        if not team_webhook_of(team).url:
+            team_webhook_set(team=team, url=url, events=[], now=timezone.now())
 
     def submit_demo_jobs(self) -> None:
         users = get_user_model().objects

@@ -79,7 +79,7 @@ def test_a_team_past_its_budget_is_told_to_admins_and_finance_once_with_the_numb
     message = smtp_server.messages[0]
     assert message["Subject"] == f"Team speech is past its budget for {month}"
     assert message.get_content().strip() == (
-        f"Team speech is past its budget for {month}: 1512.00 EUR spent of 1500.00 EUR "
+        f"Team speech is past its budget for {month}: 1,512.00 EUR spent of 1,500.00 EUR "
         f"(100.8 %), seen {seen:%Y-%m-%d %H:%M} UTC."
     )
     [post] = receiver.requests

@@ -10,6 +10,7 @@ import hmac
 import re
 
 import pytest
+from auditlog.models import LogEntry
 from django.test import Client
 from django.utils import timezone
 
@@ -327,6 +328,96 @@ def test_only_admins_use_the_team_webhook_api(example_policy, api_as, mia, fiona
         assert api_as(user).post("/api/teams/vision/webhook/secret/").status_code == 403
     assert api_as(ada).get("/api/teams/no-such-team/webhook/").status_code == 404
     assert not TeamWebhook.objects.exists()
+
+
+def _audit_rows(client: Client, **filters: str) -> list[tuple[str, str, str, str, list]]:
+    """The audit page's team-webhook rows, newest first: who, from where, which team, what
+    (the action), and field → old, new."""
+    page = client.get("/manage/audit/", {"model": "teamwebhook", **filters})
+    assert page.status_code == 200
+    return [
+        (
+            entry.actor.get_username() if entry.actor else "",
+            entry.additional_data["source"],
+            entry.object_repr,
+            (entry.additional_data or {}).get("action", entry.get_action_display()),
+            changes,
+        )
+        for entry, changes in page.context["rows"]
+    ]
+
+
+def test_team_webhook_changes_on_the_page_are_audited_without_the_secret(example_policy, ada):
+    client = Client()
+    client.force_login(ada)
+    client.get("/manage/team-webhooks/vision/")  # made on first view: no change, no entry
+    assert _audit_rows(client) == []
+
+    client.post(
+        "/manage/team-webhooks/vision/",
+        {"url": "https://hooks.example.org/v", "events": ["job_failed", "job_preempted"]},
+    )
+    client.post(
+        "/manage/team-webhooks/vision/",
+        {"url": "https://hooks.example.org/v", "events": ["job_failed", "job_preempted"]},
+    )
+    client.post("/manage/team-webhooks/vision/", {"url": "", "events": ["job_started"]})
+    client.post("/manage/team-webhooks/vision/secret")
+
+    secret = TeamWebhook.objects.get(team__name="vision").secret
+    rows = _audit_rows(client)
+    assert rows == [
+        ("ada", "page", "vision", "secret rotated", [("secret", "", "rotated")]),
+        (
+            "ada",
+            "page",
+            "vision",
+            "update",
+            [
+                ("url", "https://hooks.example.org/v", ""),
+                ("events", "[job_failed, job_preempted]", "[job_started]"),
+            ],
+        ),
+        # Saving the same values again changed nothing: no entry for it.
+        ("ada", "page", "vision", "update", [("url", "", "https://hooks.example.org/v")]),
+    ]
+    page = client.get("/manage/audit/", {"model": "teamwebhook"}).content.decode()
+    assert secret not in page and secret[:12] not in page
+    assert all(secret not in str(e.changes) for e in LogEntry.objects.all())
+    # Who and when, as every entry has.
+    assert all(e.timestamp is not None for e in LogEntry.objects.all())
+
+
+def test_team_webhook_changes_through_the_api_are_audited_as_the_api(example_policy, api_as, ada):
+    client = api_as(ada)
+    client.put(
+        "/api/teams/vision/webhook/",
+        {"url": "https://hooks.example.org/v", "events": ["job_finished"]},
+        format="json",
+    )
+    client.put("/api/teams/vision/webhook/", {"events": ["job_finished"]}, format="json")
+    client.post("/api/teams/vision/webhook/secret/")
+
+    browser = Client()
+    browser.force_login(ada)
+    rows = _audit_rows(browser, source="api")
+    assert rows == [
+        ("ada", "api", "vision", "secret rotated", [("secret", "", "rotated")]),
+        (
+            "ada",
+            "api",
+            "vision",
+            "update",
+            [
+                ("url", "", "https://hooks.example.org/v"),
+                ("events", "[job_failed, job_preempted]", "[job_finished]"),
+            ],
+        ),
+    ]
+    entry = LogEntry.objects.filter(additional_data__source="api").first()
+    assert entry is not None and entry.remote_addr == "127.0.0.1"
+    hook = TeamWebhook.objects.get(team__name="vision")
+    assert all(hook.secret not in str(e.changes) for e in LogEntry.objects.all())
 
 
 def test_what_happened_before_a_teams_webhook_was_set_is_not_sent_to_it(
