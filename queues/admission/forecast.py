@@ -72,9 +72,20 @@ def forecast(
         forecasts[pending.id] = pending.forecast or NO_HISTORY
     results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
     mark = _Mark.of(state)
-    for index, (name, pick) in enumerate(SCENARIOS):
-        if index:
+    # A replay depends on the scenario only through each job's ratio: scenarios that give every
+    # job the same ratio (all of them when no job has history; "high" and "latest" when every
+    # job's 90th percentile is its limit) are one replay. The jobs' distinct forecasts say.
+    distinct = {NO_HISTORY, *forecasts.values()}
+    replayed: dict[tuple[float, ...], str] = {}
+    for name, pick in SCENARIOS:
+        ratios = tuple(pick(f) for f in distinct)
+        same = replayed.get(ratios)
+        if same is not None:
+            results[name] = results[same]
+            continue
+        if replayed:
             mark.restore(state)
+        replayed[ratios] = name
 
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
