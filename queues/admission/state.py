@@ -482,7 +482,11 @@ class State:
         if alloc.gpu_class in self.class_allocs:
             self.class_allocs[alloc.gpu_class][alloc.job_id] = alloc
         if alloc.counts:
-            self.user_allocs.setdefault((alloc.queue, alloc.user), {})[alloc.job_id] = alloc
+            key = (alloc.queue, alloc.user)
+            mine = self.user_allocs.get(key)
+            if mine is None:
+                mine = self.user_allocs[key] = {}
+            mine[alloc.job_id] = alloc
         alloc.live = True
 
     def give_back(self, alloc: Alloc) -> None:
@@ -494,23 +498,30 @@ class State:
         self.allocs.pop(alloc.job_id, None)
         if alloc.gpu_class in self.class_allocs:
             self.class_allocs[alloc.gpu_class].pop(alloc.job_id, None)
-        self.user_allocs.get((alloc.queue, alloc.user), {}).pop(alloc.job_id, None)
+        mine = self.user_allocs.get((alloc.queue, alloc.user))
+        if mine is not None:
+            mine.pop(alloc.job_id, None)
 
     def _apply(self, alloc: Alloc, sign: int) -> None:
+        class_free = self.class_free
         for spot in alloc.spots:
             pool = spot.pool
-            old = pool.free[spot.local]
+            local = spot.local
+            free = pool.free
+            old = free[local]
             new = old + sign * spot.devices
-            pool.free[spot.local] = new
+            free[local] = new
             if pool.mode == TIME_SLICED:
-                pool.hbm_free[spot.local] += sign * spot.hbm
-            if pool.eligible[spot.local]:
-                pool.bucket_move(spot.local, old, new)
-                pool.free_eq += sign * spot.eq
-                self.class_free[pool.gpu_class] += sign * spot.eq
-        if alloc.gpu_class in self.class_version:
-            self.class_version[alloc.gpu_class] += 1
-            self.class_changes[alloc.gpu_class] += 1
+                pool.hbm_free[local] += sign * spot.hbm
+            if pool.eligible[local]:
+                pool.bucket_move(local, old, new)
+                eq = sign * spot.eq
+                pool.free_eq += eq
+                class_free[pool.gpu_class] += eq
+        gpu_class = alloc.gpu_class
+        if gpu_class in self.class_version:
+            self.class_version[gpu_class] += 1
+            self.class_changes[gpu_class] += 1
         self.changes += 1
         if not alloc.counts:
             return
