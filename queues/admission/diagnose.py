@@ -74,7 +74,7 @@ def entitlement(state: State, ask: Ask, gpu_class: str) -> list[Option]:
     cap = nominal + state.borrow_limit.get(key, 0)
     if held + demand <= nominal and total + demand <= cap:
         options.append((CapacityKind.NOMINAL, None, False))
-    elif queue.can_borrow and total + demand <= cap:
+    elif total + demand <= cap and queue.can_borrow:
         lend = queue.preemption is PreemptionClass.PREEMPTIBLE
         options.append((CapacityKind.BORROWED, None, lend))
     return options

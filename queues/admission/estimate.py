@@ -196,8 +196,8 @@ class _Simulation:
         class is scanned, jobs only start, which frees nothing); every ghost parked there
         returns (ghosts hold nothing, so letting all of them look again costs a check each and
         takes nothing from anyone)."""
-        if self.ghost_parked:
-            for order, ghost, gpu_class in self.ghost_parked.pop(key, ()):
+        if key in self.ghost_parked:
+            for order, ghost, gpu_class in self.ghost_parked.pop(key):
                 if not self.ghost_done[ghost]:
                     heapq.heappush(self.ghost_heaps[gpu_class], (order, ghost))
                     self.ghost_dirty.add(gpu_class)
@@ -291,6 +291,7 @@ class _Simulation:
         heap = self.heaps[gpu_class]
         ghost_heap = self.ghost_heaps[gpu_class]
         done, live, results, heappop = self.done, self.live, self.results, heapq.heappop
+        parked, ghost_parked = self.parked, self.ghost_parked
         # every job starting on the class now has the same estimate (it is immutable)
         started = EstimatedStart(at=now, gpu_class=gpu_class)
         while heap:
@@ -324,8 +325,12 @@ class _Simulation:
             self.remaining -= 1
             results[ask.job.id] = started
             # the team or user may have room for the next of its parked jobs too
-            self.unpark(("t", ask.job.team, gpu_class), dirty)
-            self.unpark(("u", queue.name, ask.job.user), dirty)
+            team_key: ParkKey = ("t", ask.job.team, gpu_class)
+            user_key: ParkKey = ("u", queue.name, ask.job.user)
+            if parked.get(team_key) or team_key in ghost_parked:
+                self.unpark(team_key, dirty)
+            if parked.get(user_key) or user_key in ghost_parked:
+                self.unpark(user_key, dirty)
         if ghost_heap:
             self.check_ghosts(gpu_class, self.head_order(gpu_class), now)
 

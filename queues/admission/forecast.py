@@ -60,7 +60,8 @@ def forecast(
     runtime limits, their predicted runtimes (``likely``), and their 10th and 90th percentiles
     (the interval ``range_low``–``range_high``); ``at`` is the latest of the four (see
     ``_combine``). With runtimes equal to the limits and nothing new arriving, each job starts
-    when the first replay says: exactly ``at`` when no job has runtime history.
+    when the first replay says: exactly ``at`` when no job has runtime history. Scenarios that
+    give every job the same runtime are replayed once (with no history at all, one replay).
     """
     snapshot = state.snapshot
     forecasts: dict[JobId, Forecast] = {}
@@ -144,13 +145,21 @@ def _combine(
     job runs to its limit is not always the latest), ``likely`` the predicted one, and the
     interval from the 10th and 90th percentile replays, holding ``likely``."""
     bound = latest[job_id]
-    if bound.at is None:
+    at = bound.at
+    if at is None:
         return bound
-    found = {name: results[name][1 if probes else 0][job_id].at or bound.at for name in results}
-    likely = found["likely"]
-    low = min(found["low"], likely)
-    high = max(found["high"], likely)
-    return replace(bound, at=max(bound.at, high), likely=likely, range_low=low, range_high=high)
+    side = 1 if probes else 0
+    likely = results["likely"][side][job_id].at or at
+    low = min(results["low"][side][job_id].at or at, likely)
+    high = max(results["high"][side][job_id].at or at, likely)
+    return EstimatedStart(
+        at=max(at, high),
+        why_unknown=bound.why_unknown,
+        range_low=low,
+        range_high=high,
+        gpu_class=bound.gpu_class,
+        likely=likely,
+    )
 
 
 def _replay(

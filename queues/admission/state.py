@@ -699,6 +699,15 @@ def place(
             if bucket:
                 return [(min(bucket), 1)]
         return None
+    if own and shape.devices > 0:
+        # the most pods the eligible nodes' free devices could take, by the buckets: a gang
+        # that cannot fit by count is refused without looking at every node (the simulation
+        # asks this of the same waiting gang at every event on its class)
+        most = 0
+        for count in range(shape.devices, len(pool.by_free)):
+            most += len(pool.by_free[count]) * (count // shape.devices)
+        if most < shape.pods:
+            return None
     candidates: list[tuple[int, int]] = []
     total = 0
     for local, ok in enumerate(pool.eligible if eligible is None else eligible):
