@@ -232,7 +232,8 @@ class _Simulation:
                 self.apply_event(kind, payload, dirty)
             # parked jobs look again once everything that happens now has happened
             for key in self.freed:
-                self.unpark(key, dirty)
+                if self.parked.get(key) or key in self.ghost_parked:
+                    self.unpark(key, dirty)
             self.freed.clear()
             while dirty:
                 gpu_class = min(dirty, key=self.cost_rank)
