@@ -107,16 +107,25 @@ def forecast(
 class _Mark:
     """What the pass left on the state and a replay changes: the jobs holding GPUs, the
     reservations' being open and the nodes' eligibility. Putting them back between replays
-    costs what the replay changed, not a state rebuilt from the snapshot."""
+    costs what the replay changed, not a state rebuilt from the snapshot; the classes' change
+    numbers go back with them (``State.class_changes``), so what was worked out for a class
+    before a replay (its profile, its reservation searches) serves the next replay too."""
 
     allocs: dict[JobId, Alloc]
     active: dict[int, bool]
     eligible: list[bool]
     now: datetime
+    class_changes: dict[str, int]
 
     @classmethod
     def of(cls, state: State) -> _Mark:
-        return cls(dict(state.allocs), dict(state.res_active), list(state.node_eligible), state.now)
+        return cls(
+            dict(state.allocs),
+            dict(state.res_active),
+            list(state.node_eligible),
+            state.now,
+            dict(state.class_changes),
+        )
 
     def restore(self, state: State) -> None:
         for alloc in [a for a in state.allocs.values() if self.allocs.get(a.job_id) is not a]:
@@ -130,6 +139,7 @@ class _Mark:
         for index, eligible in enumerate(self.eligible):
             if state.node_eligible[index] != eligible:
                 state.set_node_eligible(index, eligible)
+        state.class_changes.update(self.class_changes)
         state.now = self.now
 
 

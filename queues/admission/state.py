@@ -281,13 +281,18 @@ class State:
         # diagnose.py: per pool, tolerations, excluded nodes and class version, what each of
         # the class's jobs gives back and when, sorted by end
         self.releases_memo: dict[ReleasesKey, list[tuple[datetime, bool, int]]] = {}
+        # backfill.py: each reservation search's result (found or None) and the attempts it cost,
+        # by job, class, option, the class's content and the reservations ahead (``_reserve``)
+        self.reserve_memo: dict[tuple[object, ...], tuple[object, int]] = {}
         # ``Ask.key`` numbers (``ask_key``); a copy made for a replay shares them
         self.ask_keys: dict[tuple[object, ...], int] = {}
         # Counts every change of what jobs hold, of reservations and of node eligibility (not
         # the planner's own shadows, which bump ``class_version``): a key for what depends on
         # those alone.
         self.changes = 0
-        # the same per class: what its jobs hold, its nodes' eligibility, its reservations
+        # per class, ``changes`` at the last change of what its jobs hold, its nodes'
+        # eligibility or its reservations: equal numbers, equal contents of the class (the
+        # forecast puts the numbers back with the contents between its replays, ``_Mark``)
         self.class_changes: dict[str, int] = {name: 0 for name in self.classes}
         self._build_nodes()
         self._build_quotas()
@@ -519,10 +524,10 @@ class State:
                 pool.free_eq += eq
                 class_free[pool.gpu_class] += eq
         gpu_class = alloc.gpu_class
+        self.changes += 1
         if gpu_class in self.class_version:
             self.class_version[gpu_class] += 1
-            self.class_changes[gpu_class] += 1
-        self.changes += 1
+            self.class_changes[gpu_class] = self.changes
         if not alloc.counts:
             return
         key = (alloc.team, alloc.gpu_class)
@@ -543,12 +548,12 @@ class State:
         if self.res_active[rid]:
             idle = max(0, self.res_amount[rid] - self.res_used[rid])
         cls = reservation.gpu_class
+        self.changes += 1
         if cls in self.res_idle_total:
             self.res_idle_total[cls] += idle - self.res_idle[rid]
             self.class_version[cls] += 1
-            self.class_changes[cls] += 1
+            self.class_changes[cls] = self.changes
         self.res_idle[rid] = idle
-        self.changes += 1
 
     def set_reservation_active(self, rid: int, active: bool) -> None:
         self.res_active[rid] = active
@@ -580,11 +585,11 @@ class State:
                 pool.eligible[local] = False
             self.class_free[pool.gpu_class] += sign * free * unit
         gpu = node.gpu_class
+        self.changes += 1
         if gpu in self.class_capacity:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
             self.class_version[gpu] += 1
-            self.class_changes[gpu] += 1
-        self.changes += 1
+            self.class_changes[gpu] = self.changes
 
     # ------------------------------------------------------------------ reading
 
