@@ -24,9 +24,10 @@ from queues.admission.state import Alloc, State
 
 # Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
 # ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
-# Four replays per plan: at 2,500 each, a plan over the benchmark's 4,000-GPU cluster takes about
-# 1 s with 1,000 jobs waiting and 2 s with 10,000 (docs/benchmarks.md); what-ifs (``explain``)
-# spend a fifth of it.
+# Up to four replays per plan (one per distinct scenario): at 2,500 each, with about 500 jobs
+# waiting on the benchmark's 4,000-GPU cluster a replay runs one pass exactly, with 10,000 none
+# (docs/benchmarks.md, docs/admission.md "Cost, and its bound"); what-ifs (``explain``) spend a
+# fifth of it.
 REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
 # Moments the shadow walks of a replay's pass visit (``backfill``) that cost as much as one job
