@@ -80,10 +80,13 @@ QUEUE_HISTORY = {
 USER_SHIFTS = (-0.2, -0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1)
 
 
-def forecast_of(queue_name: str, user: str) -> Forecast:
-    """A job's runtime forecast the way ``forecast_for`` makes one (deterministic per user)."""
+def forecast_of(queue_name: str, user: str | None = None) -> Forecast:
+    """A job's runtime forecast the way ``forecast_for`` makes one (deterministic per user);
+    without a user, the queue's own (its default job's)."""
     mean, low, high = QUEUE_HISTORY.get(queue_name, DEFAULT_PRIOR)
-    shift = USER_SHIFTS[int(user.rsplit("-", 1)[1]) % len(USER_SHIFTS)]
+    shift = 0.0
+    if user is not None:
+        shift = USER_SHIFTS[int(user.rsplit("-", 1)[1]) % len(USER_SHIFTS)]
     likely = min(1.0, max(0.05, mean + shift))
     return Forecast(
         likely=likely,
@@ -189,7 +192,7 @@ def build_snapshot(pending_count: int, seed: int = 7, *, history: bool = True) -
     if history:
         running = [replace(j, forecast=forecast_of(j.queue, j.user)) for j in running]
         pending = [replace(j, forecast=forecast_of(j.queue, j.user)) for j in pending]
-        queues = tuple(replace(q, forecast=forecast_of(q.name, "user-2")) for q in queues)
+        queues = tuple(replace(q, forecast=forecast_of(q.name)) for q in queues)
     return Snapshot(
         now=NOW,
         gpu_classes=GPU_CLASSES,
