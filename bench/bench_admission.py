@@ -8,8 +8,15 @@ with the queues' default jobs as probes (one per queue for each of
 the first ``--probe-teams`` teams: 12 × 5 = 60 by default), and prints a markdown table
 (``--output FILE`` also writes it there).
 
+Every running and pending job carries a runtime forecast the way the reconcile gives one
+(``queues/reconcile/snapshot.py``, ``forecast_for``): its queue's history (``QUEUE_HISTORY``) or,
+for a queue without enough, the default prior, shifted by its user's own history for some users.
+So the forecast's four scenarios (at the latest, likely, low, high) differ, as in production.
+``--no-history`` measures the older way: no job has a forecast, every job runs to its limit in
+every scenario.
+
     python bench/bench_admission.py [--sizes 1000,10000,50000] [--repeat 3] [--probe-teams 5]
-                                    [--profile]
+                                    [--no-history] [--profile] [--profile-size 10000]
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from queues.admission import (
+    Forecast,
     MaintenanceState,
     MigSlots,
     Node,
@@ -53,6 +61,38 @@ from queues.admission.testing import CAPABILITIES, GPU_CLASSES, NOW, queue
 CLASS_NODES = (("h100-80gb", 200), ("a100-40gb", 150), ("l4-24gb", 100), ("t4-16gb", 50))
 MIG_NODES = 20  # of the A100 nodes
 SLICED_NODES = 20  # of the L4 nodes
+
+# Actual ÷ requested runtime per queue, as ``runtime_forecasts`` learns it (mean, 10th and 90th
+# percentile); a queue not listed has too little history and takes the reconcile's default prior.
+DEFAULT_PRIOR = (0.7, 0.3, 1.0)
+QUEUE_HISTORY = {
+    "interactive": (0.45, 0.15, 1.0),
+    "interactive-mig": (0.4, 0.1, 0.9),
+    "training": (0.8, 0.4, 1.0),
+    "training-rack": (0.85, 0.5, 1.0),
+    "batch": (0.6, 0.2, 0.95),
+    "scavenger": (0.5, 0.1, 0.9),
+    "eval": (0.3, 0.1, 0.7),
+    "finetune": (0.75, 0.35, 1.0),
+}
+# A user's own history moves their jobs' forecast (``forecast_for``: the group's mean shrunk
+# toward the queue's): a quarter of the users run shorter than their queue, a tenth longer.
+USER_SHIFTS = (-0.2, -0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1)
+
+
+def forecast_of(queue_name: str, user: str | None = None) -> Forecast:
+    """A job's runtime forecast the way ``forecast_for`` makes one (deterministic per user);
+    without a user, the queue's own (its default job's)."""
+    mean, low, high = QUEUE_HISTORY.get(queue_name, DEFAULT_PRIOR)
+    shift = 0.0
+    if user is not None:
+        shift = USER_SHIFTS[int(user.rsplit("-", 1)[1]) % len(USER_SHIFTS)]
+    likely = min(1.0, max(0.05, mean + shift))
+    return Forecast(
+        likely=likely,
+        low=min(likely, max(0.01, low + shift)),
+        high=max(likely, min(1.0, high + shift)),
+    )
 
 
 def build_queues() -> tuple:
@@ -92,8 +132,9 @@ def build_queues() -> tuple:
     )
 
 
-def build_snapshot(pending_count: int, seed: int = 7) -> Snapshot:
-    """The synthetic cluster of the issue, deterministic for a seed."""
+def build_snapshot(pending_count: int, seed: int = 7, *, history: bool = True) -> Snapshot:
+    """The synthetic cluster of the issue, deterministic for a seed; with ``history`` every
+    running and pending job has a runtime forecast (``forecast_of``), without none."""
     rng = random.Random(seed)
     nodes: list[Node] = []
     counter = 0
@@ -148,6 +189,10 @@ def build_snapshot(pending_count: int, seed: int = 7) -> Snapshot:
     running = _fill(nodes, teams, rng)
     queues = build_queues()
     pending = _pending(pending_count, teams, rng)
+    if history:
+        running = [replace(j, forecast=forecast_of(j.queue, j.user)) for j in running]
+        pending = [replace(j, forecast=forecast_of(j.queue, j.user)) for j in pending]
+        queues = tuple(replace(q, forecast=forecast_of(q.name)) for q in queues)
     return Snapshot(
         now=NOW,
         gpu_classes=GPU_CLASSES,
@@ -342,8 +387,14 @@ def main() -> None:
         "--probe-teams", type=int, default=5, help="probes per queue (one per team), 0 for none"
     )
     parser.add_argument(
-        "--profile", action="store_true", help="cProfile the 10k plan (with its probes)"
+        "--no-history",
+        action="store_true",
+        help="no job has a runtime forecast (every scenario runs jobs to their limits)",
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile one plan (with its probes)"
+    )
+    parser.add_argument("--profile-size", type=int, default=10_000, help="pending jobs to profile")
     parser.add_argument("--output", type=Path, help="also write the table to this markdown file")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -352,7 +403,7 @@ def main() -> None:
     timings: dict[int, float] = {}
     probe_notes = []
     for size in sizes:
-        snapshot = build_snapshot(size)
+        snapshot = build_snapshot(size, history=not args.no_history)
         best, result = time_both(snapshot, args.repeat)
         seconds = best[1]
         timings[size] = seconds
@@ -377,7 +428,12 @@ def main() -> None:
     lines = [
         f"Machine: {machine()}; one process, one core used.",
         "",
-        "Cluster: 500 nodes / 4,000 GPUs, 2,000 running jobs, 50 teams, 12 queues.",
+        "Cluster: 500 nodes / 4,000 GPUs, 2,000 running jobs, 50 teams, 12 queues; "
+        + (
+            "no job has runtime history (every scenario runs jobs to their limits)."
+            if args.no_history
+            else "every job has a runtime forecast (its queue's history or the default prior)."
+        ),
         "",
         f"| pending | plan (s, best of {args.repeat}) | with probes (s) | admitted | preempted "
         "| pending statuses | start unknown | top binding reasons |",
@@ -407,7 +463,9 @@ def main() -> None:
     if args.output:
         args.output.write_text("# Admission engine benchmark\n\n" + table + "\n")
     if args.profile:
-        snapshot = with_probes(build_snapshot(10_000), args.probe_teams)
+        snapshot = with_probes(
+            build_snapshot(args.profile_size, history=not args.no_history), args.probe_teams
+        )
         profiler = cProfile.Profile()
         profiler.enable()
         plan(snapshot)

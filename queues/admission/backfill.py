@@ -22,7 +22,7 @@ from queues.admission.snapshot import (
     JobId,
     PreemptionClass,
 )
-from queues.admission.state import Alloc, Pool, Shape, State, place
+from queues.admission.state import Alloc, Placement, Pool, Shape, State, place
 
 # ---------------------------------------------------------------------- conservative backfill
 
@@ -273,13 +273,13 @@ _NO_ENDS = _TeamEnds([], [0], [0])
 
 def _profile(state: State, gpu_class: str) -> _Profile:
     """The class's ``_Profile``, kept for as long as the class does not change."""
-    changes = state.class_changes[gpu_class]
-    cached = state.profiles.get(gpu_class)
-    if cached is None or cached[0] != changes:
+    key = (gpu_class, state.class_changes[gpu_class])
+    cached = state.profiles.get(key)
+    if cached is None:
         allocs = sorted(state.class_allocs[gpu_class].values(), key=lambda a: (a.end, a.job_id))
         ends = [(a, sum(s.eq for s in a.spots if s.pool.eligible[s.local])) for a in allocs]
-        cached = state.profiles[gpu_class] = (changes, _Profile([a.end for a in allocs], ends))
-    return cached[1]
+        cached = state.profiles[key] = _Profile([a.end for a in allocs], ends)
+    return cached
 
 
 @dataclass(slots=True)
@@ -365,6 +365,7 @@ class _Search:
     count: int = 0
     unplaced: _Held | None = None  # the step of the last attempt that found no nodes
     unplaced_count: int = 0  # and after how many ends
+    found: _Found | None = None  # the reservation made
 
     def room(self, count: int, step: _Held) -> int:
         """The class's GPU-eq the job may use once ``count`` ends have happened, under ``step``."""
@@ -545,44 +546,114 @@ class _Search:
         extra = list(free)
         for local, devices in used:
             extra[local] -= devices
-        shadows = self.run.shadows[self.gpu_class]
-        for shadow in shadows:
-            if when <= shadow.time < end:
-                shadow.eq_extra -= demand
-                if shadow.pool is pool:
-                    for local, devices in used:
-                        shadow.extra[local] -= devices
-        room = self.room(count, step)
-        shadows.append(
-            Shadow(ask.job.id, when, end, pool, used, demand, extra, room - demand, placement)
-        )
+        quota_rooms = None
         if quota is not None:
-            quotas = self.run.quota_shadows.setdefault((ask.job.team, self.gpu_class), [])
-            for reserved in quotas:
-                if when <= reserved.time < end:
-                    reserved.total_room -= demand
-                    if quota.needs_nominal and reserved.nominal_room is not None:
-                        reserved.nominal_room -= demand
             nominal_room = quota.nominal - quota.held - demand if quota.needs_nominal else None
-            quotas.append(
-                QuotaShadow(
-                    ask.job.id,
-                    when,
-                    end,
-                    demand,
-                    quota.needs_nominal,
-                    quota.cap - quota.total - demand,
-                    nominal_room,
-                )
-            )
+            quota_rooms = (quota.needs_nominal, quota.cap - quota.total - demand, nominal_room)
+        room = self.room(count, step)
+        self.found = _Found(when, end, used, extra, room - demand, quota_rooms, placement)
+        _put(self.run, ask, self.gpu_class, pool, demand, self.found)
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What a reservation search found: the job's reservation from ``when`` to ``end`` on the
+    nodes ``used``, what it leaves (``extra`` per node, ``eq_extra``) and, on quota, whether it
+    needs nominal and the quota room it leaves (in all, within nominal); ``placement``: the pods
+    per node (``Shadow.placement``)."""
+
+    when: datetime
+    end: datetime
+    used: list[tuple[int, int]]
+    extra: list[int]
+    eq_extra: int
+    quota_rooms: tuple[bool, int, int | None] | None
+    placement: Placement
+
+
+def _put(run: Pass, ask: Ask, gpu_class: str, pool: Pool, demand: int, found: _Found) -> None:
+    """Make the reservation ``found`` for ``ask``: charge the reservations it overlaps with
+    what it takes, then add it (and its quota reservation) behind them."""
+    when, end, used = found.when, found.end, found.used
+    shadows = run.shadows.setdefault(gpu_class, [])
+    for shadow in shadows:
+        if when <= shadow.time < end:
+            shadow.eq_extra -= demand
+            if shadow.pool is pool:
+                for local, devices in used:
+                    shadow.extra[local] -= devices
+    shadows.append(
+        Shadow(
+            ask.job.id,
+            when,
+            end,
+            pool,
+            list(used),
+            demand,
+            list(found.extra),
+            found.eq_extra,
+            list(found.placement),
+        )
+    )
+    if found.quota_rooms is None:
+        return
+    needs_nominal, total_room, nominal_room = found.quota_rooms
+    quotas = run.quota_shadows.setdefault((ask.job.team, gpu_class), [])
+    for reserved in quotas:
+        if when <= reserved.time < end:
+            reserved.total_room -= demand
+            if needs_nominal and reserved.nominal_room is not None:
+                reserved.nominal_room -= demand
+    quotas.append(
+        QuotaShadow(ask.job.id, when, end, demand, needs_nominal, total_room, nominal_room)
+    )
+
+
 def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) -> bool:
+    """``_search``, once per job, class, option, content of the class (``State.class_changes``:
+    what its jobs hold, its reservations, its nodes) and reservations made ahead of it on the
+    class and the team's quota of it. The forecast runs the pass again in each scenario from
+    the state the plan's pass left (``forecast._Mark``), and a class that the scenario's first
+    moment left alone sees the same searches again. A search found again is made again as it
+    was found and counts the attempts it cost (``Pass.walked``: the replays' budget), so the
+    plan is the same as without the cache."""
+    state = run.state
+    shadows = run.shadows.setdefault(gpu_class, [])  # as the search leaves it, found or not
+    quotas: list[QuotaShadow] = []
+    if option[0] is not CapacityKind.RESERVED:
+        quotas = run.quota_shadows.get((ask.job.team, gpu_class), [])
+    kept = run.kept_nodes(ask.job.id, gpu_class)
+    key = (
+        ask.job.id,
+        gpu_class,
+        id(pool),
+        option,
+        None if kept is None else tuple(kept),  # the nodes it takes first (``Pass.kept``)
+        state.class_changes[gpu_class],
+        tuple((s.time, s.end, id(s.pool), tuple(s.used), s.eq) for s in shadows),
+        tuple((q.time, q.end, q.demand, q.nominal) for q in quotas),
+    )
+    cached = state.reserve_memo.get(key)
+    if cached is not None:
+        found, walked = cached
+        run.walked += walked
+        if found is None:
+            return False
+        _put(run, ask, gpu_class, pool, ask.demand[gpu_class], found)
+        return True
+    walked = run.walked
+    search = _search(run, ask, gpu_class, pool, option)
+    found = search.found if search is not None else None
+    state.reserve_memo[key] = (found, run.walked - walked)
+    return found is not None
+
+
+def _search(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) -> _Search | None:
     """Reserve for ``ask`` the earliest time from which it fits ``gpu_class`` for its whole
     runtime (limit), given that running jobs end at their limits and the reservations already
     made keep theirs (and, unless the option is a reservation's, its team's quota would take
-    it); False if there is none with what runs now.
+    it): the search, which made it (``_Search.found``); None if there is none with what runs now.
 
     The candidates are the times something ends (a job or a reservation); from one, the job
     must fit the least room until it would end (the room shrinks only where a reservation
@@ -625,14 +696,14 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
         if step.time is not None and step.time in reserved_ends:
             tried = step.time
             if search.attempt(step.time, step):
-                return True
+                return search
         position = search.first_count(first + 1, last, step) - 1
         while position < last:
             when = times[position]
             position = bisect.bisect_right(times, when)
             if when != tried and search.attempt(when, step):
-                return True
-    return False
+                return search
+    return None
 
 
 def fit_shadowed(

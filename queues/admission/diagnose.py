@@ -55,15 +55,15 @@ def entitlement(state: State, ask: Ask, gpu_class: str) -> list[Option]:
     (preemptible work only)."""
     demand = ask.demand[gpu_class]
     queue = ask.queue
-    team = ask.job.team
+    key = (ask.job.team, gpu_class)
     options: list[Option] = []
-    for rid in state.holder_reservations(team, queue.name, gpu_class):
-        if state.reservation_headroom(rid) >= demand:
-            options.append((CapacityKind.RESERVED, rid, False))
-            break
+    if key in state.holders:  # the simulation asks this for every start: most teams hold none
+        for rid in state.holder_reservations(key[0], queue.name, gpu_class):
+            if state.reservation_headroom(rid) >= demand:
+                options.append((CapacityKind.RESERVED, rid, False))
+                break
     if queue.reservation_only:
         return options
-    key = (team, gpu_class)
     nominal = state.nominal.get(key, 0)
     held = state.nominal_jobs_eq.get(key, 0)
     total = held + state.borrowed_jobs_eq.get(key, 0)
@@ -74,7 +74,7 @@ def entitlement(state: State, ask: Ask, gpu_class: str) -> list[Option]:
     cap = nominal + state.borrow_limit.get(key, 0)
     if held + demand <= nominal and total + demand <= cap:
         options.append((CapacityKind.NOMINAL, None, False))
-    elif queue.can_borrow and total + demand <= cap:
+    elif total + demand <= cap and queue.can_borrow:
         lend = queue.preemption is PreemptionClass.PREEMPTIBLE
         options.append((CapacityKind.BORROWED, None, lend))
     return options

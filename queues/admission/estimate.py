@@ -196,10 +196,11 @@ class _Simulation:
         class is scanned, jobs only start, which frees nothing); every ghost parked there
         returns (ghosts hold nothing, so letting all of them look again costs a check each and
         takes nothing from anyone)."""
-        for order, ghost, gpu_class in self.ghost_parked.pop(key, ()):
-            if not self.ghost_done[ghost]:
-                heapq.heappush(self.ghost_heaps[gpu_class], (order, ghost))
-                self.ghost_dirty.add(gpu_class)
+        if key in self.ghost_parked:
+            for order, ghost, gpu_class in self.ghost_parked.pop(key):
+                if not self.ghost_done[ghost]:
+                    heapq.heappush(self.ghost_heaps[gpu_class], (order, ghost))
+                    self.ghost_dirty.add(gpu_class)
         waiting = self.parked.get(key)
         while waiting:
             order, index, gpu_class = waiting[0]
@@ -231,7 +232,8 @@ class _Simulation:
                 self.apply_event(kind, payload, dirty)
             # parked jobs look again once everything that happens now has happened
             for key in self.freed:
-                self.unpark(key, dirty)
+                if self.parked.get(key) or key in self.ghost_parked:
+                    self.unpark(key, dirty)
             self.freed.clear()
             while dirty:
                 gpu_class = min(dirty, key=self.cost_rank)
@@ -289,35 +291,47 @@ class _Simulation:
         state = self.state
         heap = self.heaps[gpu_class]
         ghost_heap = self.ghost_heaps[gpu_class]
+        done, live, results, heappop = self.done, self.live, self.results, heapq.heappop
+        parked, ghost_parked = self.parked, self.ghost_parked
+        # every job starting on the class now has the same estimate (it is immutable)
+        started = EstimatedStart(at=now, gpu_class=gpu_class)
         while heap:
             order, index = heap[0]
-            if self.done[index]:
-                heapq.heappop(heap)
+            if done[index]:
+                heappop(heap)
                 continue
             if ghost_heap and ghost_heap[0][0] <= order:
                 self.check_ghosts(gpu_class, order, now)  # before any real job behind them
-            ask = self.live[index]
-            if _user_blocked(state, ask):
-                heapq.heappop(heap)
-                self.park(("u", ask.queue.name, ask.job.user), (order, index, gpu_class))
+            ask = live[index]
+            queue = ask.queue
+            capped = (
+                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
+            )
+            if capped and _user_blocked(state, ask):
+                heappop(heap)
+                self.park(("u", queue.name, ask.job.user), (order, index, gpu_class))
                 continue
             options = entitlement(state, ask, gpu_class)
             if not options:
-                heapq.heappop(heap)
+                heappop(heap)
                 self.park(("t", ask.job.team, gpu_class), (order, index, gpu_class))
                 continue
             fit = fit_class(state, ask, gpu_class, options)
             if fit is None:
                 break
-            heapq.heappop(heap)
+            heappop(heap)
             alloc = hold(state, ask, fit, now)
             self.push(now + self.runtime_of(ask), END, alloc)
-            self.done[index] = True
+            done[index] = True
             self.remaining -= 1
-            self.results[ask.job.id] = EstimatedStart(at=now, gpu_class=gpu_class)
+            results[ask.job.id] = started
             # the team or user may have room for the next of its parked jobs too
-            self.unpark(("t", ask.job.team, gpu_class), dirty)
-            self.unpark(("u", ask.queue.name, ask.job.user), dirty)
+            team_key: ParkKey = ("t", ask.job.team, gpu_class)
+            user_key: ParkKey = ("u", queue.name, ask.job.user)
+            if parked.get(team_key) or team_key in ghost_parked:
+                self.unpark(team_key, dirty)
+            if parked.get(user_key) or user_key in ghost_parked:
+                self.unpark(user_key, dirty)
         if ghost_heap:
             self.check_ghosts(gpu_class, self.head_order(gpu_class), now)
 

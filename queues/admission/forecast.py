@@ -24,9 +24,10 @@ from queues.admission.state import Alloc, Placement, State
 
 # Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
 # ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
-# Four replays per plan: at 2,500 each, a plan over the benchmark's 4,000-GPU cluster takes about
-# 1 s with 1,000 jobs waiting and 2 s with 10,000 (docs/benchmarks.md); what-ifs (``explain``)
-# spend a fifth of it.
+# Up to four replays per plan (one per distinct scenario): at 2,500 each, with about 500 jobs
+# waiting on the benchmark's 4,000-GPU cluster a replay runs one pass exactly, with 10,000 none
+# (docs/benchmarks.md, docs/admission.md "Cost, and its bound"); what-ifs (``explain``) spend a
+# fifth of it.
 REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
 # Moments the shadow walks of a replay's pass visit (``backfill``) that cost as much as one job
@@ -67,7 +68,8 @@ def forecast(
     runtime limits, their predicted runtimes (``likely``), and their 10th and 90th percentiles
     (the interval ``range_low``–``range_high``); ``at`` is the latest of the four (see
     ``_combine``). With runtimes equal to the limits and nothing new arriving, each job starts
-    when the first replay says: exactly ``at`` when no job has runtime history.
+    when the first replay says: exactly ``at`` when no job has runtime history. Scenarios that
+    give every job the same runtime are replayed once (with no history at all, one replay).
     """
     snapshot = state.snapshot
     forecasts: dict[JobId, Forecast] = {}
@@ -79,9 +81,20 @@ def forecast(
         forecasts[pending.id] = pending.forecast or NO_HISTORY
     results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
     mark = _Mark.of(state)
-    for index, (name, pick) in enumerate(SCENARIOS):
-        if index:
+    # A replay depends on the scenario only through each job's ratio: scenarios that give every
+    # job the same ratio (all of them when no job has history; "high" and "latest" when every
+    # job's 90th percentile is its limit) are one replay. The jobs' distinct forecasts say.
+    distinct = {NO_HISTORY, *forecasts.values()}
+    replayed: dict[tuple[float, ...], str] = {}
+    for name, pick in SCENARIOS:
+        ratios = tuple(pick(f) for f in distinct)
+        same = replayed.get(ratios)
+        if same is not None:
+            results[name] = results[same]
+            continue
+        if replayed:
             mark.restore(state)
+        replayed[ratios] = name
 
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
@@ -102,16 +115,25 @@ def forecast(
 class _Mark:
     """What the pass left on the state and a replay changes: the jobs holding GPUs, the
     reservations' being open and the nodes' eligibility. Putting them back between replays
-    costs what the replay changed, not a state rebuilt from the snapshot."""
+    costs what the replay changed, not a state rebuilt from the snapshot; the classes' change
+    numbers go back with them (``State.class_changes``), so what was worked out for a class
+    before a replay (its profile, its reservation searches) serves the next replay too."""
 
     allocs: dict[JobId, Alloc]
     active: dict[int, bool]
     eligible: list[bool]
     now: datetime
+    class_changes: dict[str, int]
 
     @classmethod
     def of(cls, state: State) -> _Mark:
-        return cls(dict(state.allocs), dict(state.res_active), list(state.node_eligible), state.now)
+        return cls(
+            dict(state.allocs),
+            dict(state.res_active),
+            list(state.node_eligible),
+            state.now,
+            dict(state.class_changes),
+        )
 
     def restore(self, state: State) -> None:
         for alloc in [a for a in state.allocs.values() if self.allocs.get(a.job_id) is not a]:
@@ -125,6 +147,7 @@ class _Mark:
         for index, eligible in enumerate(self.eligible):
             if state.node_eligible[index] != eligible:
                 state.set_node_eligible(index, eligible)
+        state.class_changes.update(self.class_changes)
         state.now = self.now
 
 
@@ -140,13 +163,21 @@ def _combine(
     job runs to its limit is not always the latest), ``likely`` the predicted one, and the
     interval from the 10th and 90th percentile replays, holding ``likely``."""
     bound = latest[job_id]
-    if bound.at is None:
+    at = bound.at
+    if at is None:
         return bound
-    found = {name: results[name][1 if probes else 0][job_id].at or bound.at for name in results}
-    likely = found["likely"]
-    low = min(found["low"], likely)
-    high = max(found["high"], likely)
-    return replace(bound, at=max(bound.at, high), likely=likely, range_low=low, range_high=high)
+    side = 1 if probes else 0
+    likely = results["likely"][side][job_id].at or at
+    low = min(results["low"][side][job_id].at or at, likely)
+    high = max(results["high"][side][job_id].at or at, likely)
+    return EstimatedStart(
+        at=max(at, high),
+        why_unknown=bound.why_unknown,
+        range_low=low,
+        range_high=high,
+        gpu_class=bound.gpu_class,
+        likely=likely,
+    )
 
 
 def _replay(

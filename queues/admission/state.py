@@ -35,7 +35,7 @@ from queues.admission.snapshot import (
 )
 
 if TYPE_CHECKING:  # the type of a cache this state keeps for backfill.py
-    from queues.admission.backfill import _Profile
+    from queues.admission.backfill import _Found, _Profile
 
 EXCLUSIVE = "x"
 MIG = "m"
@@ -274,9 +274,10 @@ class State:
         self.outside: dict[str, int] = {name: 0 for name in self.classes}
         self.user_allocs: dict[tuple[str, str], dict[JobId, Alloc]] = {}
         # Per-plan caches, each keyed and valued by what it keeps. backfill.py: a class's running
-        # jobs by end as running sums, with the class's ``class_changes`` they were made at;
+        # jobs by end as running sums, per class and ``class_changes`` (the forecast puts a class's
+        # number back with its contents, so a replay finds those of the pass);
         # estimate.py: a queue's per-user GPU-eq cap, scaled
-        self.profiles: dict[str, tuple[int, _Profile]] = {}
+        self.profiles: dict[tuple[str, int], _Profile] = {}
         self.user_eq_caps: dict[str, int] = {}
         # never.py: the verdict per ask (``Ask.key``), queue and user; whether a shape fits a
         # pool (by ``id``) once it is empty
@@ -287,13 +288,18 @@ class State:
         # diagnose.py: per pool, tolerations, excluded nodes and class version, what each of
         # the class's jobs gives back and when, sorted by end
         self.releases_memo: dict[ReleasesKey, list[tuple[datetime, bool, int]]] = {}
+        # backfill.py: each reservation search's result (found or None) and the attempts it cost,
+        # by job, class, option, the class's content and the reservations ahead (``_reserve``)
+        self.reserve_memo: dict[tuple[object, ...], tuple[_Found | None, int]] = {}
         # ``Ask.key`` numbers (``ask_key``); a copy made for a replay shares them
         self.ask_keys: dict[tuple[object, ...], int] = {}
         # Counts every change of what jobs hold, of reservations and of node eligibility (not
         # the planner's own shadows, which bump ``class_version``): a key for what depends on
         # those alone.
         self.changes = 0
-        # the same per class: what its jobs hold, its nodes' eligibility, its reservations
+        # per class, ``changes`` at the last change of what its jobs hold, its nodes'
+        # eligibility or its reservations: equal numbers, equal contents of the class (the
+        # forecast puts the numbers back with the contents between its replays, ``_Mark``)
         self.class_changes: dict[str, int] = {name: 0 for name in self.classes}
         self._build_nodes()
         self._build_quotas()
@@ -488,7 +494,11 @@ class State:
         if alloc.gpu_class in self.class_allocs:
             self.class_allocs[alloc.gpu_class][alloc.job_id] = alloc
         if alloc.counts:
-            self.user_allocs.setdefault((alloc.queue, alloc.user), {})[alloc.job_id] = alloc
+            key = (alloc.queue, alloc.user)
+            mine = self.user_allocs.get(key)
+            if mine is None:
+                mine = self.user_allocs[key] = {}
+            mine[alloc.job_id] = alloc
         alloc.live = True
 
     def give_back(self, alloc: Alloc) -> None:
@@ -500,24 +510,31 @@ class State:
         self.allocs.pop(alloc.job_id, None)
         if alloc.gpu_class in self.class_allocs:
             self.class_allocs[alloc.gpu_class].pop(alloc.job_id, None)
-        self.user_allocs.get((alloc.queue, alloc.user), {}).pop(alloc.job_id, None)
+        mine = self.user_allocs.get((alloc.queue, alloc.user))
+        if mine is not None:
+            mine.pop(alloc.job_id, None)
 
     def _apply(self, alloc: Alloc, sign: int) -> None:
+        class_free = self.class_free
         for spot in alloc.spots:
             pool = spot.pool
-            old = pool.free[spot.local]
+            local = spot.local
+            free = pool.free
+            old = free[local]
             new = old + sign * spot.devices
-            pool.free[spot.local] = new
+            free[local] = new
             if pool.mode == TIME_SLICED:
-                pool.hbm_free[spot.local] += sign * spot.hbm
-            if pool.eligible[spot.local]:
-                pool.bucket_move(spot.local, old, new)
-                pool.free_eq += sign * spot.eq
-                self.class_free[pool.gpu_class] += sign * spot.eq
-        if alloc.gpu_class in self.class_version:
-            self.class_version[alloc.gpu_class] += 1
-            self.class_changes[alloc.gpu_class] += 1
+                pool.hbm_free[local] += sign * spot.hbm
+            if pool.eligible[local]:
+                pool.bucket_move(local, old, new)
+                eq = sign * spot.eq
+                pool.free_eq += eq
+                class_free[pool.gpu_class] += eq
+        gpu_class = alloc.gpu_class
         self.changes += 1
+        if gpu_class in self.class_version:
+            self.class_version[gpu_class] += 1
+            self.class_changes[gpu_class] = self.changes
         if not alloc.counts:
             return
         key = (alloc.team, alloc.gpu_class)
@@ -538,12 +555,12 @@ class State:
         if self.res_active[rid]:
             idle = max(0, self.res_amount[rid] - self.res_used[rid])
         cls = reservation.gpu_class
+        self.changes += 1
         if cls in self.res_idle_total:
             self.res_idle_total[cls] += idle - self.res_idle[rid]
             self.class_version[cls] += 1
-            self.class_changes[cls] += 1
+            self.class_changes[cls] = self.changes
         self.res_idle[rid] = idle
-        self.changes += 1
 
     def set_reservation_active(self, rid: int, active: bool) -> None:
         self.res_active[rid] = active
@@ -575,11 +592,11 @@ class State:
                 pool.eligible[local] = False
             self.class_free[pool.gpu_class] += sign * free * unit
         gpu = node.gpu_class
+        self.changes += 1
         if gpu in self.class_capacity:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
             self.class_version[gpu] += 1
-            self.class_changes[gpu] += 1
-        self.changes += 1
+            self.class_changes[gpu] = self.changes
 
     # ------------------------------------------------------------------ reading
 
@@ -700,6 +717,15 @@ def place(
             if bucket:
                 return [(min(bucket), 1)]
         return None
+    if own and shape.devices > 0:
+        # the most pods the eligible nodes' free devices could take, by the buckets: a gang
+        # that cannot fit by count is refused without looking at every node (the simulation
+        # asks this of the same waiting gang at every event on its class)
+        most = 0
+        for count in range(shape.devices, len(pool.by_free)):
+            most += len(pool.by_free[count]) * (count // shape.devices)
+        if most < shape.pods:
+            return None
     candidates: list[tuple[int, int]] = []
     total = 0
     for local, ok in enumerate(pool.eligible if eligible is None else eligible):
