@@ -320,11 +320,17 @@ def _pending(
     return tuple(jobs)
 
 
-def _planned_nodes(stored: dict[str, Any]) -> engine.PlannedNodes | None:
-    """Where the last plan reserved the job's start (``Job.planned_nodes``), for the engine."""
-    if not stored or not stored.get("nodes"):
+def _planned_nodes(stored: object) -> engine.PlannedNodes | None:
+    """Where the last plan reserved the job's start (``Job.planned_nodes``), for the engine;
+    None for anything but what the reconcile writes (a row edited by hand plans as without)."""
+    if not isinstance(stored, dict):
         return None
-    return engine.PlannedNodes(str(stored["gpu_class"]), tuple(str(n) for n in stored["nodes"]))
+    gpu_class, nodes = stored.get("gpu_class"), stored.get("nodes")
+    if not isinstance(gpu_class, str) or not isinstance(nodes, list) or not nodes:
+        return None
+    if not all(isinstance(node, str) for node in nodes):
+        return None
+    return engine.PlannedNodes(gpu_class, tuple(nodes))
 
 
 def _scheduler_messages(job_ids: list[int]) -> dict[int, str]:

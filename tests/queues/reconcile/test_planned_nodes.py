@@ -83,3 +83,24 @@ def test_without_a_plan_best_fit_decides(sim_cluster_factory, example_policy, mi
         adapter.close()
     job.refresh_from_db()
     assert job.nodes == ["a100-1"]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [[], "a100-1", {"nodes": "a100-1"}, {"gpu_class": 3, "nodes": ["a100-1"]}, {"nodes": [1]}],
+)
+def test_planned_nodes_edited_by_hand_plan_as_without(
+    sim_cluster_factory, example_policy, mia, stored
+):
+    """The column is the reconcile's; a value it never writes (an admin's edit) is ignored, not
+    a failed cycle: the job is admitted by best fit."""
+    sim = sim_cluster_factory(nodes=two_a100_nodes())
+    adapter = Cluster.from_kubeconfig(str(sim.kubeconfig))
+    try:
+        job = job_submit(request=request(mia, gpus=4, limit=timedelta(hours=1)))
+        Job.objects.filter(pk=job.pk).update(planned_nodes=stored)
+        reconcile_cycle(cluster=adapter, now=sim.now())
+    finally:
+        adapter.close()
+    job.refresh_from_db()
+    assert (job.state, job.nodes) == (JobState.ADMITTED, ["a100-1"])
