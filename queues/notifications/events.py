@@ -218,25 +218,26 @@ def start_later_notices(*, now: datetime) -> list[Notice]:
     threshold = timedelta(minutes=settings.NOTIFICATION_START_LATER_MINUTES)
     NotificationEstimate.objects.exclude(job__state=JobState.PENDING).delete()
     waiting = Job.objects.filter(state=JobState.PENDING, estimated_start__isnull=False)
-    known = dict(
-        NotificationEstimate.objects.filter(job__in=waiting).values_list(
-            "job_id", "estimated_start"
-        )
-    )
+    # In the database, not per job in Python: with thousands waiting the collector loaded every
+    # waiting job whole every few seconds, and held up the reconcile sharing its worker.
     NotificationEstimate.objects.bulk_create(
         [
             NotificationEstimate(job_id=pk, estimated_start=at)
-            for pk, at in waiting.values_list("pk", "estimated_start")
-            if pk not in known and at is not None
+            for pk, at in waiting.filter(notified_estimate__isnull=True).values_list(
+                "pk", "estimated_start"
+            )
+            if at is not None
         ],
         ignore_conflicts=True,
     )
     notices = []
-    moved = [
-        job
-        for job in waiting.filter(pk__in=list(known)).select_related("owner", "team", "queue")
-        if job.estimated_start is not None and job.estimated_start - known[job.pk] > threshold
-    ]
+    moved = list(
+        waiting.filter(estimated_start__gt=F("notified_estimate__estimated_start") + threshold)
+        .annotate(was=F("notified_estimate__estimated_start"))
+        .select_related("owner", "team", "queue")
+        .order_by("pk")
+    )
+    known = {job.pk: job.was for job in moved}
     for job in moved:
         assert job.estimated_start is not None
         before, after = known[job.pk], job.estimated_start
