@@ -50,7 +50,7 @@ from queues.models import (
     QuotaRequest,
     QuotaRequestStatus,
 )
-from queues.notifications.preferences import recipients, team_hooks_wanting
+from queues.notifications.preferences import events_wanted, recipients, team_hooks_wanting
 
 CURSOR = "job-events"
 # Timeline rows are numbered when inserted but seen when committed: one inserted earlier may
@@ -142,11 +142,17 @@ def job_notice(event: JobEvent, job: Job) -> Notice:
     )
 
 
-def timeline_notices(*, after: int, start: int) -> tuple[list[Notice], int]:
+def timeline_notices(
+    *, after: int, start: int, wanted: set[str] | None = None
+) -> tuple[list[Notice], int]:
     """Notices of the timeline entries past id ``after`` (minus the overlap, but never at or
-    before ``start``, where the timeline was when notifications began), and the last id read."""
+    before ``start``, where the timeline was when notifications began), and the last id read;
+    with ``wanted``, only of the events someone may receive (``events_wanted``: with nobody
+    hearing of starts and ends, the tens of thousands of them a busy hour writes are not
+    loaded)."""
+    kinds = [kind for kind, event in KINDS.items() if wanted is None or event.value in wanted]
     events = list(
-        JobEvent.objects.filter(pk__gt=max(after - OVERLAP, start), kind__in=list(KINDS))
+        JobEvent.objects.filter(pk__gt=max(after - OVERLAP, start), kind__in=kinds)
         .select_related("job__owner", "job__team", "job__queue")
         .order_by("pk")
     )
@@ -210,11 +216,16 @@ def drain_notices() -> list[Notice]:
     return notices
 
 
-def start_later_notices(*, now: datetime) -> list[Notice]:
+def start_later_notices(*, now: datetime, wanted: set[str] | None = None) -> list[Notice]:
     """Waiting jobs whose "at the latest" moved later than their owner last heard (or than
     when it was first known) by more than ``NOTIFICATION_START_LATER_MINUTES``. The first
     estimate of a job is remembered, not announced; after an announcement the new one is the
-    mark. Jobs no longer waiting are forgotten."""
+    mark. Jobs no longer waiting are forgotten. While nobody may receive it (``wanted``
+    without it) nothing is remembered: once someone turns it on, the estimates then are the
+    marks, and only moves after that are news."""
+    if wanted is not None and NotificationEvent.JOB_START_LATER.value not in wanted:
+        NotificationEstimate.objects.all().delete()
+        return []
     threshold = timedelta(minutes=settings.NOTIFICATION_START_LATER_MINUTES)
     NotificationEstimate.objects.exclude(job__state=JobState.PENDING).delete()
     waiting = Job.objects.filter(state=JobState.PENDING, estimated_start__isnull=False)
@@ -420,6 +431,7 @@ def notifications_collect(*, now: datetime) -> int:
     """Find what happened since the last collection and add a delivery for each person and
     channel that wants it; returns how many deliveries were new."""
     cursor, created = NotificationCursor.objects.get_or_create(name=CURSOR)
+    wanted = events_wanted()
     if created:
         # The first collection: what the timeline holds from before notifications existed is
         # history, not news; the overlap never reads back past it.
@@ -427,8 +439,8 @@ def notifications_collect(*, now: datetime) -> int:
         NotificationCursor.objects.filter(pk=cursor.pk).update(start=last)
         notices: list[Notice] = []
     else:
-        notices, last = timeline_notices(after=cursor.position, start=cursor.start)
-    notices += drain_notices() + start_later_notices(now=now)
+        notices, last = timeline_notices(after=cursor.position, start=cursor.start, wanted=wanted)
+    notices += drain_notices() + start_later_notices(now=now, wanted=wanted)
     notices += decision_notices(now=now) + queue_notices(now=now) + budget_notices(now=now)
     known = set(
         NotificationDelivery.objects.filter(key__in=[n.key for n in notices]).values_list(

@@ -29,6 +29,7 @@ from queues.models import (
     JobState,
     Node,
     NotificationDelivery,
+    NotificationEstimate,
     NotificationEvent,
     Queue,
     Team,
@@ -37,8 +38,10 @@ from queues.notifications.delivery import DeliveryFailed, deliveries_send, due_r
 from queues.notifications.events import notifications_collect
 from queues.notifications.preferences import (
     DEFAULTS,
+    events_wanted,
     preferences_of,
     preferences_set,
+    team_webhook_of,
     webhook_of,
 )
 from queues.operations.services import (
@@ -350,6 +353,72 @@ def test_a_latest_start_moved_later_by_more_than_the_threshold_is_told_once(
     assert message.get_content().strip() == (
         f"Job {job.pk} in queue batch now starts at the latest {later:%Y-%m-%d %H:%M} UTC, "
         f"2 h 5 min later than {start:%Y-%m-%d %H:%M} UTC."
+    )
+
+
+def test_events_wanted_are_the_defaults_and_what_someone_turned_on(people):
+    mia, vision = people["mia"], Team.objects.get(name="vision")
+    defaults = {
+        e.value
+        for e in (
+            NotificationEvent.JOB_FAILED,
+            NotificationEvent.JOB_PREEMPTED,
+            NotificationEvent.JOB_DRAIN_AHEAD,
+            NotificationEvent.QUOTA_REQUEST_DECIDED,
+            NotificationEvent.QUEUE_PAST_TARGET,
+            NotificationEvent.BUDGET_EXCEEDED,
+        )
+    }
+    assert events_wanted() == defaults
+    # turned off by someone: a default stays wanted (everyone else who never chose hears it)
+    preferences_set(user=mia, choices={("job_failed", "email"): False}, webhook_url=None)
+    assert events_wanted() == defaults
+    preferences_set(user=mia, choices={("job_started", "webhook"): True}, webhook_url=None)
+    assert events_wanted() == defaults | {"job_started"}
+    # a team's webhook without a URL hears nothing; with one, its events are wanted
+    hook = team_webhook_of(vision)
+    hook.events = ["job_finished"]
+    hook.save()
+    assert events_wanted() == defaults | {"job_started"}
+    hook.url = "https://hooks.example.org/vision"
+    hook.save()
+    assert events_wanted() == defaults | {"job_started", "job_finished"}
+
+
+def test_starts_nobody_hears_of_are_skipped_and_news_once_someone_turns_them_on(
+    people, smtp_server
+):
+    mia = people["mia"]
+    assert notify() == 0  # the first collection: what came before is history
+    quiet = JobFactory(owner=mia, state="running")
+    JobEvent.objects.create(job=quiet, at=timezone.now(), kind=EventKind.STARTED, message="n1")
+    assert notify() == 0  # nobody hears of starts
+    assert not NotificationDelivery.objects.exists()
+    preferences_set(user=mia, choices={("job_started", "email"): True}, webhook_url=None)
+    heard = JobFactory(owner=mia, state="running")
+    JobEvent.objects.create(job=heard, at=timezone.now(), kind=EventKind.STARTED, message="n2")
+    notify()
+    [message] = smtp_server.messages
+    assert f"Job {heard.pk} started in queue" in message.get_content()
+
+
+def test_a_later_start_nobody_hears_of_leaves_no_mark_and_counts_from_turning_it_on(
+    people, smtp_server
+):
+    mia = people["mia"]
+    start = timezone.now().replace(microsecond=0) + timedelta(hours=1)
+    job = JobFactory(owner=mia, state="pending", estimated_start=start)
+    assert notify() == 0
+    assert not NotificationEstimate.objects.exists()  # nobody hears of later starts
+    Job.objects.filter(pk=job.pk).update(estimated_start=start + timedelta(hours=3))
+    preferences_set(user=mia, choices={("job_start_later", "email"): True}, webhook_url=None)
+    assert notify() == 0  # the estimate when she turned it on is the mark
+    later = start + timedelta(hours=5)
+    Job.objects.filter(pk=job.pk).update(estimated_start=later)
+    assert notify() == 1
+    [message] = smtp_server.messages
+    assert f"2 h later than {start + timedelta(hours=3):%Y-%m-%d %H:%M} UTC" in (
+        message.get_content()
     )
 
 
