@@ -577,6 +577,7 @@ def _put(run: Pass, ask: Ask, gpu_class: str, pool: Pool, demand: int, found: _F
     what it takes, then add it (and its quota reservation) behind them."""
     when, end, used = found.when, found.end, found.used
     shadows = run.shadows.setdefault(gpu_class, [])
+    run.shaded += 1
     for shadow in shadows:
         if when <= shadow.time < end:
             shadow.eq_extra -= demand
@@ -734,7 +735,7 @@ def fit_shadowed(
     key = (gpu_class, id(pool), state.class_version[gpu_class], *(s.job_id for s in shadows))
     left = run.views.get(key)
     if left is None:
-        left = run.views[key] = left_by(state, pool, shadows)
+        left = run.views[key] = left_by(state, pool, shadows, (run.floors, run.shaded))
     return fit_class(state, ask, gpu_class, options, *left, kept=kept)
 
 
@@ -747,18 +748,38 @@ def fit_under(
     return fit_class(state, ask, gpu_class, options, *left_by(state, pool, shadows))
 
 
-def left_by(state: State, pool: Pool | None, shadows: list[Shadow]) -> tuple[list[int] | None, int]:
+Floors = dict[tuple[Any, ...], list[int]]
+
+
+def left_by(
+    state: State,
+    pool: Pool | None,
+    shadows: list[Shadow],
+    floors: tuple[Floors, int] | None = None,
+) -> tuple[list[int] | None, int]:
     """The free devices per node of ``pool`` (None: the pool's own) and the class's GPU-eq that
-    a job running past every one of ``shadows`` may use."""
-    view: list[int] | None = None
-    for shadow in shadows:
-        if shadow.pool is pool:
-            if view is None:
-                view = list(pool.free)
-            for local, extra in enumerate(shadow.extra):
-                if extra < view[local]:
-                    view[local] = extra
-    return view, min(s.eq_extra for s in shadows)
+    a job running past every one of ``shadows`` may use. ``floors``: where to keep, per set of
+    shadows, the least they leave per node, and the count of changes to what shadows leave
+    (``Pass.shaded``: a shadow added, or a job admitted that still runs when one starts), so
+    that a pass asking again after jobs that end before the shadows took devices, or others
+    freed some, compares the free devices with one list, not with each shadow's (32 shadows
+    over 130 nodes, thousands of times, at 10,000 waiting)."""
+    mine = [shadow for shadow in shadows if shadow.pool is pool]
+    eq = min(s.eq_extra for s in shadows)
+    if pool is None or not mine:
+        return None, eq
+    floor: list[int] | None = None
+    if floors is not None:
+        kept, shaded = floors
+        key = (id(pool), shaded, *(shadow.job_id for shadow in mine))
+        floor = kept.get(key)
+    if floor is None:
+        floor = mine[0].extra
+        for shadow in mine[1:]:
+            floor = [a if a < b else b for a, b in zip(floor, shadow.extra, strict=True)]
+        if floors is not None:
+            floor = kept[key] = list(floor)
+    return [a if a < b else b for a, b in zip(pool.free, floor, strict=True)], eq
 
 
 def quota_guard(run: Pass, ask: Ask, gpu_class: str, options: list[Option]) -> list[Option]:

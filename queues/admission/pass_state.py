@@ -83,6 +83,8 @@ class Pass:
     reserved: int = 0  # reservations made so far in the pass
     walked: int = 0  # events the reservation walks visited (their cost)
     views: dict[tuple[Any, ...], tuple[list[int] | None, int]] = field(default_factory=dict)
+    floors: dict[tuple[Any, ...], list[int]] = field(default_factory=dict)  # ``left_by``
+    shaded: int = 0  # changes to what the shadows leave (``Shadow.extra``): ``floors``' key
     held: dict[tuple[Any, ...], tuple[JobId | None, bool]] = field(default_factory=dict)
     preempt: bool = True  # False in the forecast: it does not foresee preemptions
     explain: bool = True  # False in the forecast: it needs the decisions, not their reasons
@@ -160,6 +162,7 @@ def admit(run: Pass, ask: Ask, fit: Fit, start: datetime | None = None) -> Alloc
         if alloc.end > shadow.time:
             shadow.eq_extra -= alloc.eq
             if shadow.pool is fit.pool:
+                run.shaded += 1
                 for spot in alloc.spots:
                     shadow.extra[spot.local] -= spot.devices
     if start is None:
