@@ -786,21 +786,26 @@ def _frees_hint(state: State, ask: Ask, gpu_class: str, pool: Pool, view: PoolVi
     memo_key = (id(pool), tolerations, shape.excluded, state.class_version[gpu_class])
     releases = state.releases_memo.get(memo_key)
     if releases is None:
-        releases = sorted(
-            (
-                alloc.end,
-                alloc.stopping,
-                sum(
+        # what each job gives back is worked out once (its pods do not move), the order of
+        # the class's ends at each version of it (a pass admits between two hints)
+        known = state.release_devices.setdefault(
+            (id(pool), tolerations, shape.excluded, state.eligible_changes), {}
+        )
+        ends = []
+        for alloc in state.class_allocs[gpu_class].values():
+            seen = known.get(alloc.job_id)
+            if seen is None or seen[0] is not alloc:
+                devices = sum(
                     s.devices
                     for s in alloc.spots
                     if s.pool is pool
                     and pool.eligible[s.local]
                     and s.local not in shape.excluded
                     and (not pool.tainted or tolerates(pool, s.local, tolerations))
-                ),
-            )
-            for alloc in state.class_allocs[gpu_class].values()
-        )
+                )
+                seen = known[alloc.job_id] = (alloc, devices)
+            ends.append((alloc.end, alloc.stopping, seen[1]))
+        releases = sorted(ends)
         state.releases_memo[memo_key] = releases
     freed = 0
     stopping = running = False

@@ -288,6 +288,10 @@ class State:
         # diagnose.py: per pool, tolerations, excluded nodes and class version, what each of
         # the class's jobs gives back and when, sorted by end
         self.releases_memo: dict[ReleasesKey, list[tuple[datetime, bool, int]]] = {}
+        # and what each job gives back there (its devices on open nodes it may use), per pool,
+        # tolerations, excluded nodes and ``eligible_changes``: a job's pods do not move
+        self.release_devices: dict[ReleasesKey, dict[JobId, tuple[Alloc, int]]] = {}
+        self.eligible_changes = 0  # nodes that left or joined the pools (``set_node_eligible``)
         # backfill.py: each reservation search's result (found or None) and the attempts it cost,
         # by job, class, option, the class's content and the reservations ahead (``_reserve``)
         self.reserve_memo: dict[tuple[object, ...], tuple[_Found | None, int]] = {}
@@ -571,6 +575,7 @@ class State:
         if self.node_eligible[index] == eligible:
             return
         self.node_eligible[index] = eligible
+        self.eligible_changes += 1
         sign = 1 if eligible else -1
         node = self.nodes[index]
         for pool in self.node_pools[index]:
