@@ -31,6 +31,7 @@ from queues.admission.elastic import elastic_plan
 from queues.admission.forecast import NOT_ESTIMATED, REPLAY_BUDGET, forecast
 from queues.admission.pass_state import Outcome, Pass, kept_from
 from queues.admission.plan import EstimatedStart, PendingStatus, Plan
+from queues.admission.projection import FORECAST_HORIZON
 from queues.admission.reasons import PendingReason, ReasonCode
 from queues.admission.scheduler import consider, probe_fits_now
 from queues.admission.snapshot import (
@@ -46,6 +47,7 @@ def plan(
     replay_budget: int | None = None,
     estimates: bool = True,
     explain: AbstractSet[JobId] | None = None,
+    horizon: int | None = FORECAST_HORIZON,
 ) -> Plan:
     """Decide admissions and preemptions for ``snapshot`` and explain every job left pending.
 
@@ -64,7 +66,12 @@ def plan(
     if snapshot.node_pools:
         # nodes that are not there yet, shown to this same planner (queues/admission/elastic.py)
         return elastic_plan(
-            snapshot, plan, replay_budget=replay_budget, estimates=estimates, explain=explain
+            snapshot,
+            plan,
+            replay_budget=replay_budget,
+            estimates=estimates,
+            explain=explain,
+            horizon=horizon,
         )
     state = State(snapshot)
     asks = build_asks(state)
@@ -103,6 +110,7 @@ def plan(
         ghosts,
         budget=REPLAY_BUDGET if replay_budget is None else replay_budget,
         kept=run.reserved_nodes(),
+        horizon=horizon,
     )
     probe_estimates = tuple(
         (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))

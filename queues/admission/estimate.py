@@ -43,7 +43,8 @@ from queues.admission.diagnose import entitlement
 from queues.admission.fit import fit_class, hold
 from queues.admission.never import never_fits
 from queues.admission.plan import EstimatedStart
-from queues.admission.snapshot import JobId
+from queues.admission.projection import Interval, project
+from queues.admission.snapshot import CapacityKind, JobId
 from queues.admission.state import Alloc, State
 
 END, RESERVATION_ON, RESERVATION_OFF, NODE_BACK, HELD_BACK_ENDS = 0, 1, 2, 3, 4
@@ -63,13 +64,26 @@ def simulate(
     probes: Sequence[Ask] = (),
     finish: Callable[[Alloc], datetime] | None = None,
     runtime_of: Callable[[Ask], timedelta] | None = None,
+    never: dict[tuple[JobId, bool], str] | None = None,
+    horizon: int | None = None,
+    tail: Sequence[Ask] = (),
+    tail_probes: Sequence[Ask] = (),
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
     module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
     estimates are the same with or without probes. ``finish`` says when a job holding GPUs
     ends and ``runtime_of`` how long a job started in the simulation runs (default: their
-    runtime limits)."""
+    runtime limits). ``never`` keeps, by job (and whether it is a probe), why it can never
+    start ("" if it may), for the next simulation of the same jobs.
+
+    With ``horizon`` the simulation stops once that many jobs have started (at the end of that
+    moment), and the jobs and probes it did not start, then ``tail`` and ``tail_probes`` (the
+    jobs and probes behind ``asks`` and ``probes`` in plan order), are projected from there
+    (``projection.project``)."""
     simulation = _Simulation(state)
+    simulation.horizon = horizon
+    if never is not None:
+        simulation.never = never
     if finish is not None:
         simulation.finish = finish
     if runtime_of is not None:
@@ -78,6 +92,8 @@ def simulate(
     simulation.enqueue_ghosts(probes)
     simulation.seed_events()
     simulation.run()
+    if horizon is not None:
+        simulation.project(tail, tail_probes)
     return simulation.results, simulation.probe_results
 
 
@@ -116,13 +132,21 @@ class _Simulation:
         self.cost_order = {name: i for i, name in enumerate(_cost_order(state))}
         self.finish: Callable[[Alloc], datetime] = lambda alloc: alloc.end
         self.runtime_of: Callable[[Ask], timedelta] = lambda ask: ask.runtime
+        self.never: dict[tuple[JobId, bool], str] = {}  # ``never_why`` by job (or probe)
+        self.horizon: int | None = None  # starts after which the rest is projected
+        self.clock = state.now  # the last moment simulated
+        self.cut = False  # whether the horizon stopped it
 
     # --- setting up ------------------------------------------------------------------------------
 
-    def never_why(self, ask: Ask) -> str:
+    def never_why(self, ask: Ask, *, probe: bool = False) -> str:
         """Why ``ask`` can never start ("" if it may)."""
-        reason = never_fits(self.state, ask)
-        return reason.message if reason else ""
+        key = (ask.job.id, probe)  # a probe's id may be a real job's
+        why = self.never.get(key)
+        if why is None:
+            reason = never_fits(self.state, ask)
+            why = self.never[key] = reason.message if reason else ""
+        return why
 
     def enqueue(self, asks: Sequence[Ask]) -> None:
         """Put every real job that may start into the heaps of its classes (a job held back
@@ -146,7 +170,7 @@ class _Simulation:
 
     def enqueue_ghosts(self, probes: Sequence[Ask]) -> None:
         for ask in probes:
-            why = self.never_why(ask)
+            why = self.never_why(ask, probe=True)
             if why:
                 self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
                 continue
@@ -224,8 +248,12 @@ class _Simulation:
     # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
+        stop_at = -1 if self.horizon is None else len(self.live) - self.horizon
         while self.events and (self.remaining or self.ghosts_left):
-            now = self.events[0][0]
+            if self.remaining <= stop_at:
+                self.cut = True
+                return  # the rest is projected (``project``)
+            now = self.clock = self.events[0][0]
             dirty: set[str] = set()
             while self.events and self.events[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self.events)
@@ -251,6 +279,51 @@ class _Simulation:
         for ghost, ask in enumerate(self.ghosts):
             if not self.ghost_done[ghost]:
                 self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=NEVER_FOUND)
+
+    def project(self, tail: Sequence[Ask], tail_probes: Sequence[Ask]) -> None:
+        """The jobs and probes it did not start, and ``tail`` and ``tail_probes`` behind them,
+        projected from the last moment it simulated, behind the jobs holding GPUs then
+        (``projection.project``). When it ended before the horizon, those it did not start
+        never start (``run``)."""
+        jobs: list[Ask] = []
+        ghosts: list[Ask] = []
+        if self.cut:
+            jobs = [ask for index, ask in enumerate(self.live) if not self.done[index]]
+            jobs.sort(key=lambda a: (a.order, a.job.id))
+            ghosts = [ask for ghost, ask in enumerate(self.ghosts) if not self.ghost_done[ghost]]
+        jobs.extend(tail)
+        ghosts.extend(tail_probes)
+        cut = self.clock
+        running: list[Interval] = []
+        returning: dict[str, int] = {}  # capacity of nodes back from maintenance later
+        for when, kind, _, payload in self.events:
+            until = max(0.0, (when - cut).total_seconds())
+            if kind == END and isinstance(payload, Alloc) and payload.live and payload.counts:
+                alloc = payload
+                running.append(
+                    (
+                        0.0,
+                        until,
+                        alloc.gpu_class,
+                        alloc.team,
+                        alloc.queue,
+                        alloc.user,
+                        alloc.eq,
+                        alloc.kind,
+                    )
+                )
+            elif kind == NODE_BACK and isinstance(payload, int):
+                node = self.state.nodes[payload]
+                amount = node.gpus * self.state.scale  # what ``set_node_eligible`` adds
+                running.append(
+                    (0.0, until, node.gpu_class, "", "", "", amount, CapacityKind.RESERVED)
+                )
+                returning[node.gpu_class] = returning.get(node.gpu_class, 0) + amount
+        more, more_probes = project(
+            self.state, jobs, ghosts, running, cut, self.runtime_of, returning
+        )
+        self.results.update(more)
+        self.probe_results.update(more_probes)
 
     def cost_rank(self, gpu_class: str) -> int:
         return self.cost_order.get(gpu_class, len(self.cost_order))

@@ -4,14 +4,17 @@ pass forward in time from the state the plan's pass left (see ``forecast``)."""
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from queues.admission.asks import Ask
 from queues.admission.estimate import simulate
 from queues.admission.pass_state import Pass
 from queues.admission.plan import EstimatedStart
+from queues.admission.projection import FORECAST_HORIZON
 from queues.admission.scheduler import consider, probe_fits_now
 from queues.admission.snapshot import (
     NO_HISTORY,
@@ -30,6 +33,9 @@ from queues.admission.state import Alloc, Placement, State
 # fifth of it.
 REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
+# With a horizon of H starts, the simulation takes the first HEAD_PER_START × H waiting jobs
+# in plan order; the rest join the projection (``projection``) behind those it did not start.
+HEAD_PER_START = 5
 # Moments the shadow walks of a replay's pass visit (``backfill``) that cost as much as one job
 # check: a pass with many deep shadows over a big class spends the budget sooner.
 WALKED_PER_CHECK = 1
@@ -55,6 +61,7 @@ def forecast(
     *,
     budget: int = REPLAY_BUDGET,
     kept: Mapping[JobId, tuple[str, Placement]] | None = None,
+    horizon: int | None = FORECAST_HORIZON,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
     (consumed); ``kept``: the nodes the pass's head-of-queue reservations chose
@@ -86,6 +93,15 @@ def forecast(
     # job's 90th percentile is its limit) are one replay. The jobs' distinct forecasts say.
     distinct = {NO_HISTORY, *forecasts.values()}
     replayed: dict[tuple[float, ...], str] = {}
+    never: dict[tuple[JobId, bool], str] = {}  # why a job can never start: every replay's
+    # The head of the queue is replayed exactly, the tail projected behind it (``project``).
+    if horizon is not None and len(asks) <= horizon:
+        horizon = None  # every start is simulated
+    cut = len(asks) if horizon is None else HEAD_PER_START * horizon
+    head, tail = asks[:cut], asks[cut:]
+    last = head[-1].order if tail else math.inf
+    head_probes = [p for p in probes if p.order <= last]
+    tail_probes = [p for p in probes if p.order > last]
     for name, pick in SCENARIOS:
         ratios = tuple(pick(f) for f in distinct)
         same = replayed.get(ratios)
@@ -99,7 +115,17 @@ def forecast(
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
 
-        results[name] = _replay(state, asks, probes, ratio, started, budget, dict(kept or {}))
+        results[name] = _replay(
+            state,
+            head,
+            head_probes,
+            ratio,
+            started,
+            budget,
+            dict(kept or {}),
+            never,
+            (horizon, tail, tail_probes),
+        )
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
     return (
@@ -188,8 +214,12 @@ def _replay(
     started: dict[JobId, tuple[datetime, timedelta]],
     budget: int,
     kept: dict[JobId, tuple[str, Placement]],
+    never: dict[tuple[JobId, bool], str],
+    projected: tuple[int | None, Sequence[Ask], Sequence[Ask]],
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
-    """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits."""
+    """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits; with a
+    horizon (``projected``: it, and the tail's jobs and probes), those it does not reach are
+    projected."""
     now = state.now
     started = dict(started)  # and when the replay starts each job
     events: list[tuple[datetime, int, int, object]] = []
@@ -205,9 +235,8 @@ def _replay(
         since = started.get(alloc.job_id) or (now, alloc.end - now)
         return _finish(alloc, ratio(alloc.job_id), since, state.now)
 
-    def runtime_of(ask: Ask) -> timedelta:
-        return ask.runtime * ratio(ask.job.id)
-
+    runtime_of = _runtime_of(ratio)
+    horizon, tail, tail_probes = projected
     for alloc in state.allocs.values():
         push(finish(alloc), _END, alloc)
     for rid, reservation in state.reservations.items():
@@ -273,12 +302,29 @@ def _replay(
         waiting, ghosts = left, ghosts_left
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
-    if rest or ghosts:
+    if rest or ghosts or tail or tail_probes:
         # What the replay's budget did not reach: the per-class simulation from here on.
-        more, more_probes = simulate(state, rest, ghosts, finish, runtime_of)
+        beyond: dict[str, Any] = {}
+        if horizon is not None:
+            beyond = {
+                "horizon": max(0, horizon - len(starts)),
+                "tail": tail,
+                "tail_probes": tail_probes,
+                "never": never,
+            }
+        more, more_probes = simulate(state, rest, ghosts, finish, runtime_of, **beyond)
         starts.update(more)
         probe_starts.update(more_probes)
     return starts, probe_starts
+
+
+def _runtime_of(ratio: Callable[[JobId], float]) -> Callable[[Ask], timedelta]:
+    """How long a job started in a replay runs when jobs run ``ratio`` of their limits."""
+
+    def runtime_of(ask: Ask) -> timedelta:
+        return ask.runtime * ratio(ask.job.id)
+
+    return runtime_of
 
 
 _END, _RESERVATION, _NODE_BACK, _HELD_ENDS = 0, 1, 2, 3

@@ -1,0 +1,153 @@
+"""Beyond the forecast's horizon, estimates are projected from the work queued ahead of each job
+(``queues/admission/projection.py``): on a quota that runs one job at a time the projection is
+the simulation's exact answer; a probe there queues no work; a job goes to the class where it
+starts first; on the benchmark's cluster the projected estimates stay close to simulating every
+job, and the plan's decisions are the same."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from bench.bench_admission import build_snapshot
+from queues.admission import Forecast, Plan, Snapshot, plan
+from queues.admission.testing import NOW, node, pending, play, queue, running, snapshot, team
+
+H100, T4 = "h100-80gb", "t4-16gb"
+HOUR = timedelta(hours=1)
+QUEUES = (
+    queue("training", default_runtime=HOUR),
+    queue("cheap", default_runtime=HOUR, gpu_classes=(T4, H100)),
+)
+
+
+def _hours(at: datetime | None) -> float | None:
+    return None if at is None else (at - NOW) / HOUR
+
+
+def _estimates(result: Plan) -> dict[int, tuple[float | None, ...]]:
+    return {
+        s.job_id: (
+            _hours(s.estimated_start.at),
+            _hours(s.estimated_start.likely),
+            _hours(s.estimated_start.range_low),
+            _hours(s.estimated_start.range_high),
+        )
+        for s in result.pending
+    }
+
+
+def one_at_a_time(forecast: Forecast | None = None) -> Snapshot:
+    """Team nlp may hold 8 H100 of 32; its 8-GPU job ends in an hour, five more of an hour
+    each wait, submitted one after another."""
+    start = snapshot(
+        nodes=[node(f"n{i}") for i in range(4)],
+        queues=QUEUES,
+        teams=[team("nlp", {H100: 8})],
+        running=[running(1, "nlp", "n0", gpus=8, started=3 * HOUR, runtime=4 * HOUR)],
+        pending=[
+            pending(10 + i, "nlp", gpus=8, waited=timedelta(minutes=10 - i), runtime_limit=HOUR)
+            for i in range(5)
+        ],
+    )
+    if forecast is None:
+        return start
+    return replace(
+        start,
+        running=tuple(replace(j, forecast=forecast) for j in start.running),
+        pending=tuple(replace(j, forecast=forecast) for j in start.pending),
+    )
+
+
+def test_on_a_quota_that_holds_one_job_the_projection_is_the_simulation() -> None:
+    # A horizon of one start: the first job is simulated, the four behind it projected. The
+    # quota runs one job at a time, so each starts when the one before it ends, in every
+    # scenario (likely half the limit, the interval a quarter to the whole of it).
+    for forecast in (None, Forecast(0.5, 0.25, 1.0)):
+        start = one_at_a_time(forecast)
+        simulated = _estimates(plan(start, horizon=None, replay_budget=0))
+        projected = _estimates(plan(start, horizon=1, replay_budget=0))
+        assert projected == simulated
+    assert projected[14] == (5.0, 2.5, 1.25, 5.0)
+    assert [projected[10 + i][0] for i in range(5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_probe_beyond_the_horizon_is_estimated_and_delays_nobody() -> None:
+    start = one_at_a_time()
+    # the team's default 8-GPU job, asked about now: it stands behind the five waiting
+    probe = pending(900, "nlp", gpus=8, waited=timedelta(0), runtime_limit=HOUR)
+    probed = replace(start, probes=(probe,))
+    without = plan(start, horizon=1, replay_budget=0)
+    result = plan(probed, horizon=1, replay_budget=0)
+    assert _estimates(result) == _estimates(without)
+    # it starts when the fifth ends
+    assert [_hours(e.at) for _, e in result.probe_estimates] == [6.0]
+
+
+def test_beyond_the_horizon_a_job_goes_to_the_class_where_it_starts_first() -> None:
+    # One T4 node (8) and one H100 node (8), both held for two hours; the cheap queue's jobs
+    # may use either. Six 8-GPU jobs of an hour: after the simulated first, the projection
+    # fills both classes two by two, each job on the class that frees first, as the engine's
+    # own passes do (``play``).
+    start = snapshot(
+        nodes=[node("t", gpu_class=T4), node("h")],
+        queues=QUEUES,
+        teams=[team("cv", {T4: 8, H100: 8})],
+        running=[
+            running(1, "cv", "t", gpus=8, gpu_class=T4, started=2 * HOUR, runtime=4 * HOUR),
+            running(2, "cv", "h", gpus=8, started=2 * HOUR, runtime=4 * HOUR),
+        ],
+        pending=[
+            pending(
+                10 + i,
+                "cv",
+                "cheap",
+                "small-inference",
+                gpus=8,
+                waited=timedelta(minutes=10 - i),
+                runtime_limit=HOUR,
+            )
+            for i in range(6)
+        ],
+    )
+    projected = plan(start, horizon=1, replay_budget=0)
+    started = play(start)
+    assert _estimates(projected) == {job: (_hours(at),) * 4 for job, at in started.items()}
+    assert [_estimates(projected)[10 + i][0] for i in range(6)] == [2.0, 2.0, 3.0, 3.0, 4.0, 4.0]
+    classes = {s.job_id: s.estimated_start.gpu_class for s in projected.pending}
+    assert sorted(classes[10 + i] for i in range(2, 6)) == [H100, H100, T4, T4]
+
+
+def test_on_the_benchmark_cluster_projected_estimates_stay_close_to_simulated_ones() -> None:
+    # 3,000 pending on 4,000 GPUs: about 2,300 wait. With a horizon of 1,000 starts all of
+    # them are simulated until 1,000 have started, and the rest projected. (The projection
+    # is meant for long queues, deep in them: with a few hours' wait at most its answers are
+    # further off than with ten thousand waiting, docs/benchmarks.md.)
+    start = build_snapshot(3000)
+    simulated = plan(start, horizon=None)
+    projected = plan(start, horizon=1000)
+    # the decisions and reasons are the plan's, whatever the forecast (the reasons about the
+    # class a job is estimated to start on come first, and that may differ)
+    assert projected.admissions == simulated.admissions
+    assert projected.preemptions == simulated.preemptions
+    assert [sorted(r.message for r in s.reasons) for s in projected.pending] == [
+        sorted(r.message for r in s.reasons) for s in simulated.pending
+    ]
+    exact = {s.job_id: s.estimated_start for s in simulated.pending}
+    deviations: dict[str, list[float]] = {"at": [], "likely": [], "range_low": [], "range_high": []}
+    for status in projected.pending:
+        estimate, truth = status.estimated_start, exact[status.job_id]
+        assert (estimate.at is None) == (truth.at is None), status.job_id
+        if estimate.at is None or estimate.likely is None:
+            assert estimate == truth  # none, or the pass's own start (after a preemption)
+            continue
+        assert estimate.range_low is not None and estimate.range_high is not None
+        assert estimate.range_low <= estimate.likely <= estimate.range_high <= estimate.at
+        for name, values in deviations.items():
+            mine, theirs = getattr(estimate, name), getattr(truth, name)
+            if theirs > NOW:
+                values.append(abs((mine - theirs) / (theirs - NOW)))
+    for name, values in deviations.items():
+        assert len(values) > 2000
+        assert statistics.median(values) <= 0.25, name
