@@ -68,6 +68,7 @@ def simulate(
     horizon: int | None = None,
     tail: Sequence[Ask] = (),
     tail_probes: Sequence[Ask] = (),
+    chosen: dict[JobId, str] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
     module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
@@ -79,9 +80,11 @@ def simulate(
     With ``horizon`` the simulation stops once that many jobs have started (at the end of that
     moment), and the jobs and probes it did not start, then ``tail`` and ``tail_probes`` (the
     jobs and probes behind ``asks`` and ``probes`` in plan order), are projected from there
-    (``projection.project``)."""
+    (``projection.project``; ``chosen`` keeps the classes it places jobs on).
+    """
     simulation = _Simulation(state)
     simulation.horizon = horizon
+    simulation.chosen = chosen
     if never is not None:
         simulation.never = never
     if finish is not None:
@@ -136,6 +139,7 @@ class _Simulation:
         self.horizon: int | None = None  # starts after which the rest is projected
         self.clock = state.now  # the last moment simulated
         self.cut = False  # whether the horizon stopped it
+        self.chosen: dict[JobId, str] | None = None  # for the projection
 
     # --- setting up ------------------------------------------------------------------------------
 
@@ -320,7 +324,7 @@ class _Simulation:
                 )
                 returning[node.gpu_class] = returning.get(node.gpu_class, 0) + amount
         more, more_probes = project(
-            self.state, jobs, ghosts, running, cut, self.runtime_of, returning
+            self.state, jobs, ghosts, running, cut, self.runtime_of, returning, self.chosen
         )
         self.results.update(more)
         self.probe_results.update(more_probes)

@@ -94,6 +94,7 @@ def forecast(
     distinct = {NO_HISTORY, *forecasts.values()}
     replayed: dict[tuple[float, ...], str] = {}
     never: dict[tuple[JobId, bool], str] = {}  # why a job can never start: every replay's
+    chosen: dict[JobId, str] = {}  # the class the first replay's projection placed a job on
     # The head of the queue is replayed exactly, the tail projected behind it (``project``).
     if horizon is not None and len(asks) <= horizon:
         horizon = None  # every start is simulated
@@ -124,7 +125,7 @@ def forecast(
             budget,
             dict(kept or {}),
             never,
-            (horizon, tail, tail_probes),
+            (horizon, tail, tail_probes, chosen),
         )
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
@@ -215,11 +216,11 @@ def _replay(
     budget: int,
     kept: dict[JobId, tuple[str, Placement]],
     never: dict[tuple[JobId, bool], str],
-    projected: tuple[int | None, Sequence[Ask], Sequence[Ask]],
+    projected: tuple[int | None, Sequence[Ask], Sequence[Ask], dict[JobId, str]],
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits; with a
-    horizon (``projected``: it, and the tail's jobs and probes), those it does not reach are
-    projected."""
+    horizon (``projected``: it, the tail's jobs and probes, and the classes projected jobs
+    were placed on), those it does not reach are projected."""
     now = state.now
     started = dict(started)  # and when the replay starts each job
     events: list[tuple[datetime, int, int, object]] = []
@@ -236,7 +237,7 @@ def _replay(
         return _finish(alloc, ratio(alloc.job_id), since, state.now)
 
     runtime_of = _runtime_of(ratio)
-    horizon, tail, tail_probes = projected
+    horizon, tail, tail_probes, chosen = projected
     for alloc in state.allocs.values():
         push(finish(alloc), _END, alloc)
     for rid, reservation in state.reservations.items():
@@ -311,6 +312,7 @@ def _replay(
                 "tail": tail,
                 "tail_probes": tail_probes,
                 "never": never,
+                "chosen": chosen,
             }
         more, more_probes = simulate(state, rest, ghosts, finish, runtime_of, **beyond)
         starts.update(more)

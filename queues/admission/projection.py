@@ -58,6 +58,7 @@ class _Line:
     done: float = 0.0  # work the free capacity has done by ``at``
     ready: float = 0.0  # work queued ahead that is all running at ``at``
     next: int = 0  # the first change not yet passed
+    end: float = math.inf  # when it comes (the walk's segment ends)
 
     @classmethod
     def of(cls, capacity: int, changes: list[tuple[float, int]], residual: float) -> _Line:
@@ -72,6 +73,7 @@ class _Line:
             self.held += changes[self.next][1]
             self.next += 1
         self.at = to
+        self.end = changes[self.next][0] if self.next < len(changes) else math.inf
         self.free = max(0, self.capacity - self.held)
         # with nothing free, nothing starts, however little is queued ahead
         self.ready = self.done + self.free * self.residual if self.free else -1.0
@@ -82,16 +84,14 @@ class _Line:
         job in flight with ``residual`` seconds left on average). What ran before may hold
         more than the line (a team borrowing beyond a smaller entitlement): it leaves room only
         once below."""
-        changes = self.changes
         while work > self.ready:
-            free = self.free
-            end = changes[self.next][0] if self.next < len(changes) else None
+            free, end = self.free, self.end
             if free:
                 needed = self.at + (work - self.ready) / free
-                if end is None or needed <= end:
+                if needed <= end:
                     return needed
-            if end is None:
-                return math.inf  # nothing ever frees: no capacity at all
+            if end == math.inf:
+                return end  # nothing ever frees: no capacity at all
             self.done += free * (end - self.at)
             self.advance(end)
         return self.at
@@ -111,11 +111,13 @@ def project(
     origin: datetime,
     runtime_of: Callable[[Ask], timedelta],
     returning: Mapping[str, int] | None = None,
+    chosen: dict[JobId, str] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """Projected starts of ``jobs`` (in plan order) and ``ghosts`` (probes: they queue no work)
     from ``origin`` on, behind ``schedule`` (seconds after ``origin``; see the module
     docstring). ``returning``: per class, the capacity of nodes that come back later (the
-    schedule holds it until then)."""
+    schedule holds it until then). ``chosen``: the class each job was projected on, by an
+    earlier scenario (kept) or now (added)."""
     runtimes: list[float] = []
     work = longer = wider = 0.0
     for ask in jobs:
@@ -128,6 +130,7 @@ def project(
     # the runtime and GPU-equivalents of the jobs, each weighted by its work
     runtime, width = (longer / work, wider / work) if work else (0.0, 0.0)
     projection = _Projection(state, schedule, origin, runtime, width)
+    projection.chosen = {} if chosen is None else chosen
     for name, amount in (returning or {}).items():
         projection.capacity[name] = projection.capacity.get(name, 0) + amount
     place, estimate = projection.place, projection.estimate
@@ -141,7 +144,7 @@ def project(
         if ghost_order <= ask.order:  # probes at their place: after the jobs ahead of them
             while next_ghost < len(ordered) and ordered[next_ghost].order <= ask.order:
                 probe = ordered[next_ghost]
-                probe_results[probe.job.id] = estimate(probe, *place(probe)[:2])
+                probe_results[probe.job.id] = estimate(probe, *place(probe, False)[:2])
                 next_ghost += 1
             ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
         when, gpu_class, route = place(ask)
@@ -152,7 +155,7 @@ def project(
         for _, queued, per_job in route:
             queued[0] += seconds if per_job else demand * seconds
     for ghost in ordered[next_ghost:]:
-        probe_results[ghost.job.id] = estimate(ghost, *place(ghost)[:2])
+        probe_results[ghost.job.id] = estimate(ghost, *place(ghost, False)[:2])
     return results, probe_results
 
 
@@ -172,6 +175,7 @@ class _Projection:
         self.runtime = runtime  # a job's, on average
         self.width = width  # a job's GPU-equivalents, on average
         self.capacity = dict(state.class_capacity)  # of each class, nodes coming back too
+        self.chosen: dict[JobId, str] = {}  # the class a job was placed on (``place``)
         # what the schedule holds on each line's key, as changes in time: ("c", class); a
         # team's on a class: ("n", ...) as nominal, ("q", ...) on its quota (nominal or
         # borrowed), ("r", ...) on its reservations; ("ue", queue, user) in GPU-eq and
@@ -201,9 +205,10 @@ class _Projection:
         self.routes: dict[tuple[str, str, str], Route] = {}  # by team, queue, class
         self.users: dict[tuple[str, str], Route] = {}  # by queue, user
 
-    def place(self, ask: Ask) -> tuple[float, str | None, Route]:
+    def place(self, ask: Ask, keep: bool = True) -> tuple[float, str | None, Route]:
         """Where ``ask`` starts first: seconds after the origin, the class and the lines it
-        queues on there."""
+        queues on there. The class a job (``keep``) was placed on in an earlier scenario's
+        projection is kept: scenarios differ in how long jobs run, not where."""
         queue = ask.queue
         team = ask.job.team
         users: Route = []
@@ -211,22 +216,29 @@ class _Projection:
         if queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None:
             users = self.users.get((queue.name, ask.job.user)) or self.user_route(ask)
             for line, queued, _ in users:
-                work = queued[0]
-                at = line.at if work <= line.ready else line.when(work)
+                at = line.when(queued[0])
                 if at > earliest:
                     earliest = at
         best, chosen, chosen_route = math.inf, None, users
         routes = self.routes
-        for gpu_class in ask.classes:
+        kept = self.chosen.get(ask.job.id) if keep else None
+        for gpu_class in ask.classes if kept is None else (kept,):
             route = routes.get((team, queue.name, gpu_class)) or self.route(ask, gpu_class)
             when = earliest
             for line, queued, _ in route:
                 work = queued[0]
-                at = line.at if work <= line.ready else line.when(work)
+                if work <= line.ready:
+                    at = line.at
+                elif line.free and (at := line.at + (work - line.ready) / line.free) <= line.end:
+                    pass  # within the walk's segment
+                else:
+                    at = line.when(work)
                 if at > when:
                     when = at
             if when < best:
                 best, chosen, chosen_route = when, gpu_class, route
+        if keep and kept is None and chosen is not None:
+            self.chosen[ask.job.id] = chosen
         if users and chosen is not None:
             chosen_route = [*chosen_route, *users]
         return best, chosen, chosen_route
