@@ -81,9 +81,11 @@ def estimate(job: dict[str, Any]) -> str:
         job.get("start_range_low"),
         job.get("start_range_high"),
     )
+    note = job.get("estimated_start_note")
+    told = f"at the latest {when(latest)}" + (f" ({note})" if note else "")
     if likely and likely != latest:
-        return f"likely {when(likely)} ({when(low)} – {when(high)}), at the latest {when(latest)}"
-    return f"at the latest {when(latest)}"
+        return f"likely {when(likely)} ({when(low)} – {when(high)}), {told}"
+    return told
 
 
 def standing(job: dict[str, Any]) -> str:

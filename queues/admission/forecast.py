@@ -204,6 +204,7 @@ def _combine(
         range_high=high,
         gpu_class=bound.gpu_class,
         likely=likely,
+        projected=bound.projected,
     )
 
 

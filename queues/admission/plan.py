@@ -92,7 +92,8 @@ class EstimatedStart:
     limit. ``likely`` the start when jobs run their predicted runtimes, ``range_low``–
     ``range_high`` the interval when they run their 10th–90th percentile runtimes (it holds
     ``likely``; all three never after ``at``). ``at`` None means unknown, and ``why_unknown``
-    says why; a job starting now has no ``likely`` or range."""
+    says why; a job starting now has no ``likely`` or range. ``projected``: found beyond the
+    forecast's horizon by the work queued ahead of it, not simulated (``projection``)."""
 
     at: datetime | None
     why_unknown: str = ""
@@ -100,6 +101,13 @@ class EstimatedStart:
     range_high: datetime | None = None
     gpu_class: str | None = None  # the class the simulation starts it on, when it does
     likely: datetime | None = None
+    projected: bool = False
+
+    @property
+    def note(self) -> str:
+        """What a person is told beside the estimate: why it is unknown, or that it is a
+        projection."""
+        return PROJECTED_NOTE if self.projected and self.at is not None else self.why_unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +117,13 @@ class EstimatedStart:
             "range_low": _time_json(self.range_low),
             "range_high": _time_json(self.range_high),
         }
+
+
+# Beside a projected estimate (``EstimatedStart.projected``).
+PROJECTED_NOTE = (
+    "projected from the work queued ahead of it: more jobs wait ahead than the forecast "
+    "simulates one by one, so this is the rougher estimate"
+)
 
 
 def bound_kept(shown: datetime | None, new: datetime | None, now: datetime) -> datetime | None:

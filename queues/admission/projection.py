@@ -249,7 +249,7 @@ class _Projection:
         at = self.origin + timedelta(seconds=when)
         if ask.held_until is not None and ask.held_until > at:
             at = ask.held_until
-        return EstimatedStart(at, "", None, None, gpu_class)
+        return EstimatedStart(at, "", None, None, gpu_class, projected=True)
 
     def route(self, ask: Ask, gpu_class: str) -> Route:
         """The lines a job of the ask's team and queue queues on on ``gpu_class``: the class's

@@ -159,7 +159,7 @@ def pending_reasons_store(
             estimate.likely,
             estimate.range_low,
             estimate.range_high,
-            estimate.why_unknown[:300],
+            estimate.note[:300],
             status.position,
             status.queue_length,
             planned.get(job_id, {}),
@@ -439,7 +439,7 @@ def queue_estimates_store(snapshot: engine.Snapshot, plan: engine.Plan, *, now: 
             team_id=teams[probe.team],
             estimated_start=estimates[probe.id].at,
             likely_start=estimates[probe.id].likely or estimates[probe.id].at,
-            note=estimates[probe.id].why_unknown[:300],
+            note=estimates[probe.id].note[:300],
             computed_at=now,
         )
         for probe in snapshot.probes

@@ -512,3 +512,23 @@ def test_usage_shows_my_teams_statement(gpuportal):
     assert text.returncode == 0 and text.stdout.startswith("Usage ")
     bad = gpuportal("usage", "--period", "2026-13")
     assert bad.returncode == 2 and bad.stderr.startswith("gpuportal: period: ")
+
+
+def test_a_projected_estimate_says_so_in_the_client_too():
+    # the client prints a job's estimate as the job page does, with the note beside a
+    # projected one (queues/admission/projection.py)
+    job = {
+        "estimated_start": "2026-12-09T10:00:00Z",
+        "likely_start": "2026-12-08T16:00:00Z",
+        "start_range_low": "2026-12-08T12:00:00Z",
+        "start_range_high": "2026-12-08T20:00:00Z",
+        "estimated_start_note": "projected from the work queued ahead of it",
+    }
+    told = render.estimate(job)
+    assert told.startswith("likely ")
+    assert told.endswith(
+        ", at the latest 2026-12-09 10:00 UTC (projected from the work queued ahead of it)"
+    )
+    assert render.estimate({**job, "estimated_start_note": ""}).endswith(
+        "at the latest 2026-12-09 10:00 UTC"
+    )

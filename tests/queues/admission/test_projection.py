@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from bench.bench_admission import build_snapshot
 from queues.admission import Forecast, Plan, Snapshot, plan
+from queues.admission.plan import PROJECTED_NOTE
 from queues.admission.testing import NOW, node, pending, play, queue, running, snapshot, team
 
 H100, T4 = "h100-80gb", "t4-16gb"
@@ -71,6 +72,18 @@ def test_on_a_quota_that_holds_one_job_the_projection_is_the_simulation() -> Non
         assert projected == simulated
     assert projected[14] == (5.0, 2.5, 1.25, 5.0)
     assert [projected[10 + i][0] for i in range(5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    # a projected estimate says so (the job's page and the client show the note)
+    notes = {
+        s.job_id: s.estimated_start.note
+        for s in plan(one_at_a_time(), horizon=1, replay_budget=0).pending
+    }
+    assert notes == {
+        10: "",
+        11: PROJECTED_NOTE,
+        12: PROJECTED_NOTE,
+        13: PROJECTED_NOTE,
+        14: PROJECTED_NOTE,
+    }
 
 
 def test_a_probe_beyond_the_horizon_is_estimated_and_delays_nobody() -> None:

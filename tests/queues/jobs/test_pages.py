@@ -475,3 +475,20 @@ def test_a_job_no_reconcile_has_planned_yet_says_its_estimate_is_being_computed(
         "places it in the queue</span>" in html
     )
     assert "Estimated start: unknown" not in html
+
+
+def test_a_projected_estimate_says_it_is_the_rougher_one(mia):
+    # Deep in a long queue the forecast projects a job's start instead of simulating it
+    # (queues/admission/projection.py); the page says so beside the time.
+    from django.utils import timezone
+
+    from queues.admission.plan import PROJECTED_NOTE
+
+    job = submit(mia)
+    at = timezone.now().replace(microsecond=0) + timedelta(days=3)
+    Job.objects.filter(pk=job.pk).update(estimated_start=at, estimated_start_note=PROJECTED_NOTE)
+
+    html = logged_in(mia).get(f"/jobs/{job.pk}/").content.decode()
+
+    assert f'data-at="{at.isoformat()}"' in html
+    assert f'<span class="hint" data-testid="estimate-note">({PROJECTED_NOTE})</span>' in html
