@@ -55,7 +55,8 @@ def plan(
     admitted or preempted, and every pending job's binding reason is ``ClusterUnreachable``.
     Every probe gets an estimated start in ``Plan.probe_estimates``; apart from that field the
     plan is the same as for the snapshot without probes. ``replay_budget`` bounds the forecast's
-    replays (``REPLAY_BUDGET`` when not given; see ``forecast``). With ``estimates`` False the
+    replays (``REPLAY_BUDGET`` when not given; see ``forecast``), ``horizon`` how many starts
+    they simulate before projecting the rest (None: every one). With ``estimates`` False the
     forecast is skipped (most of a plan's cost with thousands waiting): the decisions and
     reasons are the same, no waiting job or probe gets an estimated start (``NOT_ESTIMATED``
     says why), and a job with several classes lists its reasons in the classes' order. With

@@ -77,6 +77,10 @@ def forecast(
     ``_combine``). With runtimes equal to the limits and nothing new arriving, each job starts
     when the first replay says: exactly ``at`` when no job has runtime history. Scenarios that
     give every job the same runtime are replayed once (with no history at all, one replay).
+
+    With more than ``horizon`` jobs waiting (None: no horizon), each replay takes the first
+    ``HEAD_PER_START`` × ``horizon`` of them and stops once ``horizon`` have started; the rest
+    are projected (``projection``: estimates with ``projected`` set).
     """
     snapshot = state.snapshot
     forecasts: dict[JobId, Forecast] = {}

@@ -1,20 +1,22 @@
-"""The forecast's far end: the estimated starts of the jobs behind the first
-``FORECAST_HORIZON`` waiting, projected from the capacity they queue for (``project``).
+"""The forecast's far end: the estimated starts of the jobs a long queue's simulation does not
+reach, projected from the capacity they queue for (``project``).
 
-The forecast simulates the head of the queue exactly (``forecast``); a job behind it waits for
-thousands of others, days or weeks, and its start depends on the work queued ahead of it far
-more than on which node frees first. So each job of the tail is placed by its work, in plan
-order, after the head: on each GPU class it may use, it starts once the capacity the head's
-schedule leaves free (what runs now and what the head starts, each until it ends) has done the
-work of the tail's jobs ahead of it on that class (GPU-equivalents × runtime), less what is
-still running then — and no sooner than its team's entitlement on the class (and its user's
-caps in the queue, if any) lets it, counted the same way over the team's (user's) own jobs. It
-goes to the class where that comes first.
+With more than ``FORECAST_HORIZON`` jobs waiting, each of the forecast's simulations takes the
+first ``forecast.HEAD_PER_START`` × ``FORECAST_HORIZON`` of them in plan order and stops once
+``FORECAST_HORIZON`` have started (``estimate.simulate``). A job it did not start, or did not
+take, waits behind more than a thousand others, hours to weeks, and its start depends on the
+work queued ahead of it far more than on which node frees first. So from where the simulation
+stopped, each is placed by its work, in plan order: on each GPU class it may use, it starts once
+the capacity freed since then has done the work of the jobs queued ahead of it on that class
+(GPU-equivalents × runtime), less what is still in flight — and no sooner than its team's
+entitlement on the class and its user's caps in the queue let it, counted the same way over the
+team's (user's) own jobs and what it holds. It goes to the class where that comes first.
 
 The model is a *fluid* one: a job's GPUs can be any of the class's (no node packing, gangs or
-topology), and what runs when the queue is long keeps the class full, so on average each job
-in flight has half its runtime left. ``docs/admission.md`` says what that means for a member;
-``docs/benchmarks.md`` measures it against simulating every job.
+topology), and while the queue is long what runs keeps the class full: P jobs in flight, evenly
+spread, have (P - 1) / P of half a runtime left on average when one ends. ``docs/admission.md``
+says what that means for a member; ``docs/benchmarks.md`` measures it against simulating every
+job.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from queues.admission.plan import EstimatedStart
 from queues.admission.snapshot import CapacityKind, JobId
 from queues.admission.state import State
 
-# Waiting jobs (the first in plan order) whose starts the forecast simulates exactly; those
-# behind them are projected (docs/admission.md, "Cost, and its bound").
+# Starts each of the forecast's simulations makes before the jobs it has not started are
+# projected; with at most this many waiting, nothing is (docs/admission.md, "Beyond the
+# horizon").
 FORECAST_HORIZON = 1_500
 
 
-# What holds GPUs in the schedule the tail queues behind: from, until (seconds after now), the
+# What holds GPUs when the projection begins: from, until (seconds after its origin), the
 # class, team, queue, user, the scaled GPU-equivalents held and as what (nominal quota,
 # borrowed, a reservation).
 Interval = tuple[float, float, str, str, str, str, int, CapacityKind]
@@ -44,13 +47,12 @@ Interval = tuple[float, float, str, str, str, str, int, CapacityKind]
 @dataclass(slots=True)
 class _Line:
     """One capacity jobs queue for (a class, a team on a class, a user in a queue), in seconds
-    after now and scaled GPU-equivalents (jobs, for a cap on running jobs): how much it holds,
-    when what the head's schedule holds on it changes, and how far the walk over those changes
-    has got. The walk only moves forward: the work queued ahead of a job only grows in plan
-    order."""
+    after the origin and scaled GPU-equivalents (jobs, for a cap on running jobs): how much it
+    holds, when what holds it changes, and how far the walk over those changes has got. The walk
+    only moves forward: the work queued ahead of a job only grows in plan order."""
 
     capacity: int
-    changes: list[tuple[float, int]]  # (seconds after now, held + or -), sorted
+    changes: list[tuple[float, int]]  # (seconds after the origin, held + or -), sorted
     residual: float  # seconds each job in flight has left, on average
     held: int = 0  # held by the schedule at the walk's moment
     free: int = 0  # the capacity not held then (never below 0)
@@ -79,7 +81,7 @@ class _Line:
         self.ready = self.done + self.free * self.residual if self.free else -1.0
 
     def when(self, work: float) -> float:
-        """Seconds after now at which the jobs queued ahead (``work``) are all running: the
+        """Seconds after the origin at which the jobs queued ahead (``work``) are all running: the
         free capacity has done ``work`` less what is still in flight (the line full, each
         job in flight with ``residual`` seconds left on average). What ran before may hold
         more than the line (a team borrowing beyond a smaller entitlement): it leaves room only
