@@ -14,6 +14,7 @@ from queues.admission.capability import (
 from queues.admission.engine import plan
 from queues.admission.explain import Acceptable, Alternative, Explanation, explain, keeps_the_ask
 from queues.admission.plan import (
+    PROJECTED_NOTE,
     Admission,
     EstimatedStart,
     PendingStatus,
@@ -50,6 +51,7 @@ from queues.admission.snapshot import (
 __all__ = [
     "NO_HISTORY",
     "PROBE_USER",
+    "PROJECTED_NOTE",
     "Acceptable",
     "Admission",
     "Alternative",

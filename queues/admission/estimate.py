@@ -94,6 +94,7 @@ def simulate(
     simulation.enqueue(asks)
     simulation.enqueue_ghosts(probes)
     simulation.seed_events()
+    simulation.first = simulation.events[0][0] if simulation.events else None
     simulation.run()
     if horizon is not None:
         simulation.project(tail, tail_probes)
@@ -140,6 +141,11 @@ class _Simulation:
         self.clock = state.now  # the last moment simulated
         self.cut = False  # whether the horizon stopped it
         self.chosen: dict[JobId, str] | None = None  # for the projection
+        # with a horizon, for the projection: what held GPUs from its start, when; per class,
+        # the capacity of nodes away for maintenance when it started; its first moment
+        self.schedule: list[Interval] = []
+        self.away: dict[str, int] = {}
+        self.first: datetime | None = None
 
     # --- setting up ------------------------------------------------------------------------------
 
@@ -195,7 +201,10 @@ class _Simulation:
         reservations open and close, nodes come back from maintenance, back-offs end."""
         state = self.state
         for alloc in sorted(state.allocs.values(), key=lambda a: (a.end, a.job_id)):
-            self.push(self.finish(alloc), END, alloc)
+            end = self.finish(alloc)
+            self.push(end, END, alloc)
+            if self.horizon is not None:
+                self.hold_from(state.now, end, alloc)
         for rid, reservation in sorted(state.reservations.items()):
             if reservation.start is not None and reservation.start > state.now:
                 self.push(reservation.start, RESERVATION_ON, rid)
@@ -284,47 +293,78 @@ class _Simulation:
             if not self.ghost_done[ghost]:
                 self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=NEVER_FOUND)
 
+    def hold_from(self, start: datetime, end: datetime, alloc: Alloc) -> None:
+        """With a horizon: ``alloc`` holds GPUs from ``start`` to ``end`` (for ``project``)."""
+        origin = self.state.now
+        # a job's part that holds devices only (``Alloc.counts``) holds no quota
+        self.schedule.append(
+            (
+                (start - origin).total_seconds(),
+                (end - origin).total_seconds(),
+                alloc.gpu_class,
+                alloc.team if alloc.counts else "",
+                alloc.queue,
+                alloc.user,
+                alloc.eq,
+                alloc.kind,
+            )
+        )
+
+    def node_away(self, index: int, until: datetime, *, still: bool = False) -> None:
+        """With a horizon: node ``index`` is away for maintenance until ``until``; its capacity
+        counts from then (for ``project``); ``still``: it is away where the simulation stopped
+        (the class's capacity does not count it yet)."""
+        node = self.state.nodes[index]
+        amount = node.gpus * self.state.scale  # what ``set_node_eligible`` adds
+        seconds = (until - self.state.now).total_seconds()
+        self.schedule.append(
+            (0.0, seconds, node.gpu_class, "", "", "", amount, CapacityKind.RESERVED)
+        )
+        if still:
+            self.away[node.gpu_class] = self.away.get(node.gpu_class, 0) + amount
+
     def project(self, tail: Sequence[Ask], tail_probes: Sequence[Ask]) -> None:
         """The jobs and probes it did not start, and ``tail`` and ``tail_probes`` behind them,
-        projected from the last moment it simulated, behind the jobs holding GPUs then
-        (``projection.project``). When it ended before the horizon, those it did not start
-        never start (``run``)."""
+        projected behind what it did, from its start (``projection.project``): those it did
+        not start no sooner than the moment after it stopped, the tail's no sooner than its
+        first moment. When it ended before the horizon, those it did not start never start
+        (``run``). Those behind that can never start are told why (``never_why``)."""
         jobs: list[Ask] = []
         ghosts: list[Ask] = []
+        state = self.state
+        stopped = self.events[0][0] if self.events else self.clock
         if self.cut:
             jobs = [ask for index, ask in enumerate(self.live) if not self.done[index]]
             jobs.sort(key=lambda a: (a.order, a.job.id))
             ghosts = [ask for ghost, ask in enumerate(self.ghosts) if not self.ghost_done[ghost]]
-        jobs.extend(tail)
-        ghosts.extend(tail_probes)
-        cut = self.clock
-        running: list[Interval] = []
-        returning: dict[str, int] = {}  # capacity of nodes back from maintenance later
+        floors = {ask.job.id: stopped for ask in jobs}
+        probe_floors = {ask.job.id: stopped for ask in ghosts}
+        # the tail's jobs and probes that can never start are told why, and queue no work
+        for ask in tail:
+            why = self.never_why(ask)
+            if why:
+                self.results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
+            else:
+                jobs.append(ask)
+        for ask in tail_probes:
+            why = self.never_why(ask, probe=True)
+            if why:
+                self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
+            else:
+                ghosts.append(ask)
         for when, kind, _, payload in self.events:
-            until = max(0.0, (when - cut).total_seconds())
-            if kind == END and isinstance(payload, Alloc) and payload.live and payload.counts:
-                alloc = payload
-                running.append(
-                    (
-                        0.0,
-                        until,
-                        alloc.gpu_class,
-                        alloc.team,
-                        alloc.queue,
-                        alloc.user,
-                        alloc.eq,
-                        alloc.kind,
-                    )
-                )
-            elif kind == NODE_BACK and isinstance(payload, int):
-                node = self.state.nodes[payload]
-                amount = node.gpus * self.state.scale  # what ``set_node_eligible`` adds
-                running.append(
-                    (0.0, until, node.gpu_class, "", "", "", amount, CapacityKind.RESERVED)
-                )
-                returning[node.gpu_class] = returning.get(node.gpu_class, 0) + amount
+            if kind == NODE_BACK and isinstance(payload, int):
+                self.node_away(payload, when, still=True)
         more, more_probes = project(
-            self.state, jobs, ghosts, running, cut, self.runtime_of, returning, self.chosen
+            state,
+            jobs,
+            ghosts,
+            self.schedule,
+            state.now,
+            self.runtime_of,
+            returning=self.away,
+            chosen=self.chosen,
+            floors=(self.first or state.now, floors, probe_floors),
         )
         self.results.update(more)
         self.probe_results.update(more_probes)
@@ -354,6 +394,8 @@ class _Simulation:
             assert isinstance(payload, int)
             state.set_node_eligible(payload, True)
             dirty.add(state.nodes[payload].gpu_class)
+            if self.horizon is not None:
+                self.node_away(payload, self.clock)
         else:  # a job held back after roll-backs joins the queue in its place
             assert isinstance(payload, int)
             ask = self.live[payload]
@@ -398,7 +440,10 @@ class _Simulation:
                 break
             heappop(heap)
             alloc = hold(state, ask, fit, now)
-            self.push(now + self.runtime_of(ask), END, alloc)
+            end = now + self.runtime_of(ask)
+            self.push(end, END, alloc)
+            if self.horizon is not None:
+                self.hold_from(now, end, alloc)
             done[index] = True
             self.remaining -= 1
             results[ask.job.id] = started

@@ -100,8 +100,10 @@ def forecast(
     never: dict[tuple[JobId, bool], str] = {}  # why a job can never start: every replay's
     chosen: dict[JobId, str] = {}  # the class the first replay's projection placed a job on
     # The head of the queue is replayed exactly, the tail projected behind it (``project``).
-    if horizon is not None and len(asks) <= horizon:
+    if horizon is not None and len(asks) <= max(1, horizon):
         horizon = None  # every start is simulated
+    elif horizon is not None:
+        horizon = max(1, horizon)
     cut = len(asks) if horizon is None else HEAD_PER_START * horizon
     head, tail = asks[:cut], asks[cut:]
     last = head[-1].order if tail else math.inf
@@ -198,9 +200,12 @@ def _combine(
     if at is None:
         return bound
     side = 1 if probes else 0
-    likely = results["likely"][side][job_id].at or at
-    low = min(results["low"][side][job_id].at or at, likely)
-    high = max(results["high"][side][job_id].at or at, likely)
+    predicted = results["likely"][side][job_id]
+    short = results["low"][side][job_id]
+    long = results["high"][side][job_id]
+    likely = predicted.at or at
+    low = min(short.at or at, likely)
+    high = max(long.at or at, likely)
     return EstimatedStart(
         at=max(at, high),
         why_unknown=bound.why_unknown,
@@ -208,7 +213,8 @@ def _combine(
         range_high=high,
         gpu_class=bound.gpu_class,
         likely=likely,
-        projected=bound.projected,
+        # a projection in any scenario may be what is shown (``at`` is the latest of them)
+        projected=bound.projected or predicted.projected or short.projected or long.projected,
     )
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from queues.admission.asks import Ask
-from queues.admission.never import entitlement_of
 from queues.admission.plan import EstimatedStart
 from queues.admission.snapshot import CapacityKind, JobId
 from queues.admission.state import State
@@ -99,10 +98,17 @@ class _Line:
         return self.at
 
 
-# One line a job queues on: the line, the work queued on it so far (shared by the lines of a
-# team's or user's capacity: a team's line per entitlement, a user's per cap), and whether a
-# job counts 1 there (a cap on running jobs) instead of its GPU-equivalents.
-Route = list[tuple[_Line, list[float], bool]]
+@dataclass(slots=True)
+class _Queued:
+    """The work queued on a line's key, shared by its lines (a team's per entitlement, a
+    user's per cap)."""
+
+    work: float = 0.0
+
+
+# One line a job queues on: the line, the work queued on its key, and whether a job counts 1
+# there (a cap on running jobs) instead of its GPU-equivalents.
+Route = list[tuple[_Line, _Queued, bool]]
 
 
 def project(
@@ -114,28 +120,26 @@ def project(
     runtime_of: Callable[[Ask], timedelta],
     returning: Mapping[str, int] | None = None,
     chosen: dict[JobId, str] | None = None,
+    floors: tuple[datetime, Mapping[JobId, datetime], Mapping[JobId, datetime]] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
-    """Projected starts of ``jobs`` (in plan order) and ``ghosts`` (probes: they queue no work)
-    from ``origin`` on, behind ``schedule`` (seconds after ``origin``; see the module
-    docstring). ``returning``: per class, the capacity of nodes that come back later (the
-    schedule holds it until then). ``chosen``: the class each job was projected on, by an
-    earlier scenario (kept) or now (added)."""
-    runtimes: list[float] = []
-    work = longer = wider = 0.0
-    for ask in jobs:
-        seconds = runtime_of(ask).total_seconds()
-        runtimes.append(seconds)
-        demand = ask.min_demand
-        work += demand * seconds
-        longer += demand * seconds * seconds
-        wider += demand * demand * seconds
-    # the runtime and GPU-equivalents of the jobs, each weighted by its work
-    runtime, width = (longer / work, wider / work) if work else (0.0, 0.0)
-    projection = _Projection(state, schedule, origin, runtime, width)
+    """Projected starts of ``jobs`` (in plan order; each may start) and ``ghosts`` (probes: they
+    queue no work) from ``origin`` on, behind ``schedule`` (seconds after ``origin``; see the
+    module docstring). ``returning``: per class, the capacity of nodes that come back later
+    (the schedule holds it until then). ``chosen``: the class each job was projected on, by an
+    earlier scenario (kept) or now (added). ``floors``: no job starts before the first, nor a
+    job (probe) named in the second (third) before the time given there."""
+    runtimes = [runtime_of(ask).total_seconds() for ask in jobs]
+    projection = _Projection(state, schedule, origin, _shapes(jobs, runtimes))
     projection.chosen = {} if chosen is None else chosen
     for name, amount in (returning or {}).items():
         projection.capacity[name] = projection.capacity.get(name, 0) + amount
     place, estimate = projection.place, projection.estimate
+    first, floor_of, probe_floor_of = floors or (origin, {}, {})
+    floor = (first - origin).total_seconds()
+
+    def least(of: Mapping[JobId, datetime], job_id: JobId) -> float:
+        found = of.get(job_id)
+        return floor if found is None else max(floor, (found - origin).total_seconds())
 
     results: dict[JobId, EstimatedStart] = {}
     probe_results: dict[JobId, EstimatedStart] = {}
@@ -146,19 +150,68 @@ def project(
         if ghost_order <= ask.order:  # probes at their place: after the jobs ahead of them
             while next_ghost < len(ordered) and ordered[next_ghost].order <= ask.order:
                 probe = ordered[next_ghost]
-                probe_results[probe.job.id] = estimate(probe, *place(probe, False)[:2])
+                when, gpu_class, _ = place(probe, least(probe_floor_of, probe.job.id), False)
+                probe_results[probe.job.id] = estimate(probe, when, gpu_class)
                 next_ghost += 1
             ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
-        when, gpu_class, route = place(ask)
-        results[ask.job.id] = estimate(ask, when, gpu_class)
-        if gpu_class is None or when == math.inf:
+        when, gpu_class, route = place(ask, least(floor_of, ask.job.id) if floor_of else floor)
+        result = results[ask.job.id] = estimate(ask, when, gpu_class)
+        if gpu_class is None or result.at is None:
             continue
         demand = ask.demand[gpu_class]
         for _, queued, per_job in route:
-            queued[0] += seconds if per_job else demand * seconds
+            queued.work += seconds if per_job else demand * seconds
     for ghost in ordered[next_ghost:]:
-        probe_results[ghost.job.id] = estimate(ghost, *place(ghost, False)[:2])
+        when, gpu_class, _ = place(ghost, least(probe_floor_of, ghost.job.id), False)
+        probe_results[ghost.job.id] = estimate(ghost, when, gpu_class)
     return results, probe_results
+
+
+def _shapes(jobs: Sequence[Ask], runtimes: Sequence[float]) -> dict[tuple[str, ...], _Shape]:
+    """Per class (``("c", class)``), team (``("t", team)``) and user in a queue that caps users
+    (``("u", queue, user)``): the work-weighted runtime and GPU-equivalents of the jobs that
+    queue there."""
+    shapes: dict[tuple[str, ...], _Shape] = {}
+    for ask, seconds in zip(jobs, runtimes, strict=True):
+        demand = ask.min_demand
+        work = demand * seconds
+        queue = ask.queue
+        keys: list[tuple[str, ...]] = [("t", ask.job.team)]
+        keys.extend(("c", gpu_class) for gpu_class in ask.classes)
+        if queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None:
+            keys.append(("u", queue.name, ask.job.user))
+        for key in keys:
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = _Shape()
+            shape.work += work
+            shape.longer += work * seconds
+            shape.wider += work * demand
+            shape.jobs += seconds
+    return shapes
+
+
+@dataclass(slots=True)
+class _Shape:
+    """Sums over the jobs queued on a line: work, work × runtime, work × GPU-equivalents, and
+    runtimes (a job's work on a cap on running jobs)."""
+
+    work: float = 0.0
+    longer: float = 0.0
+    wider: float = 0.0
+    jobs: float = 0.0
+
+    def residual(self, capacity: int, per_job: bool) -> float:
+        """What a job in flight on a line of ``capacity`` has left on average when one ends:
+        P jobs side by side, evenly spread, have (P - 1) / P of half a runtime left — half a
+        runtime on a class of hundreds of GPUs, nothing on a quota that holds one job at a
+        time."""
+        if not self.work:
+            return 0.0
+        runtime = self.longer / self.work
+        width = 1.0 if per_job else self.wider / self.work
+        parallel = capacity / width if width else 0.0
+        return runtime / 2 * (1 - 1 / parallel) if parallel > 1 else 0.0
 
 
 class _Projection:
@@ -169,56 +222,58 @@ class _Projection:
         state: State,
         schedule: Iterable[Interval],
         origin: datetime,
-        runtime: float,
-        width: float,
+        shapes: dict[tuple[str, ...], _Shape],
     ) -> None:
         self.state = state
         self.origin = origin
-        self.runtime = runtime  # a job's, on average
-        self.width = width  # a job's GPU-equivalents, on average
-        self.capacity = dict(state.class_capacity)  # of each class, nodes coming back too
-        self.chosen: dict[JobId, str] = {}  # the class a job was placed on (``place``)
-        # what the schedule holds on each line's key, as changes in time: ("c", class); a
-        # team's on a class: ("n", ...) as nominal, ("q", ...) on its quota (nominal or
-        # borrowed), ("r", ...) on its reservations; ("ue", queue, user) in GPU-eq and
-        # ("uj", queue, user) in jobs
+        self.shapes = shapes
+        # what jobs may hold of each class: not what is used outside the portal, nor reserved
+        # GPUs their holders leave idle (nodes coming back are added by ``project``)
+        self.capacity = {
+            name: max(0, amount - state.outside[name] - state.res_idle_total[name])
+            for name, amount in state.class_capacity.items()
+        }
+        # what holds each line's key, as changes in time: ("c", class); a team's on a class:
+        # ("n", ...) as nominal, ("q", ...) on its quota (nominal or borrowed), ("r", ...) on
+        # its reservations; ("ue", queue, user) in GPU-eq and ("uj", queue, user) in jobs
         self.changes: dict[tuple[str, ...], list[tuple[float, int]]] = {}
         for start, end, gpu_class, team, queue, user, eq, kind in schedule:
-            held: list[tuple[str, ...]] = [
-                ("c", gpu_class),
-                ("ue", queue, user),
-                ("uj", queue, user),
-            ]
-            if kind is CapacityKind.RESERVED:
-                held.append(("r", team, gpu_class))
-            else:
-                held.append(("q", team, gpu_class))
-                if kind is CapacityKind.NOMINAL:
-                    held.append(("n", team, gpu_class))
-            for key in held:
-                amount = 1 if key[0] == "uj" else eq
+            held: list[tuple[tuple[str, ...], int]] = [(("c", gpu_class), eq)]
+            if team:  # not a node away for maintenance
+                held += [(("ue", queue, user), eq), (("uj", queue, user), 1)]
+                if kind is CapacityKind.RESERVED:
+                    held.append((("r", team, gpu_class), eq))
+                else:
+                    held.append((("q", team, gpu_class), eq))
+                    if kind is CapacityKind.NOMINAL:
+                        held.append((("n", team, gpu_class), eq))
+            for key, amount in held:
                 into = self.changes.setdefault(key, [])
                 into.append((start, amount))
                 into.append((end, -amount))
         for changes in self.changes.values():
             changes.sort()
         self.lines: dict[tuple[object, ...], _Line] = {}  # by key and capacity
-        self.queued: dict[tuple[str, ...], list[float]] = {}
+        self.queued: dict[tuple[str, ...], _Queued] = {}
         self.routes: dict[tuple[str, str, str], Route] = {}  # by team, queue, class
         self.users: dict[tuple[str, str], Route] = {}  # by queue, user
+        self.chosen: dict[JobId, str] = {}  # the class a job was placed on (``place``)
 
-    def place(self, ask: Ask, keep: bool = True) -> tuple[float, str | None, Route]:
-        """Where ``ask`` starts first: seconds after the origin, the class and the lines it
-        queues on there. The class a job (``keep``) was placed on in an earlier scenario's
-        projection is kept: scenarios differ in how long jobs run, not where."""
+    def place(
+        self, ask: Ask, least: float = 0.0, keep: bool = True
+    ) -> tuple[float, str | None, Route]:
+        """Where ``ask`` starts first, no sooner than ``least``: seconds after the origin, the
+        class and the lines it queues on there. The class a job (``keep``) was placed on in an
+        earlier scenario's projection is kept: scenarios differ in how long jobs run, not
+        where."""
         queue = ask.queue
         team = ask.job.team
         users: Route = []
-        earliest = 0.0  # what its user's caps in the queue allow, on any class
+        earliest = least  # and what its user's caps in the queue allow, on any class
         if queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None:
             users = self.users.get((queue.name, ask.job.user)) or self.user_route(ask)
             for line, queued, _ in users:
-                at = line.when(queued[0])
+                at = line.when(queued.work)
                 if at > earliest:
                     earliest = at
         best, chosen, chosen_route = math.inf, None, users
@@ -228,7 +283,7 @@ class _Projection:
             route = routes.get((team, queue.name, gpu_class)) or self.route(ask, gpu_class)
             when = earliest
             for line, queued, _ in route:
-                work = queued[0]
+                work = queued.work
                 if work <= line.ready:
                     at = line.at
                 elif line.free and (at := line.at + (work - line.ready) / line.free) <= line.end:
@@ -255,34 +310,29 @@ class _Projection:
 
     def route(self, ask: Ask, gpu_class: str) -> Route:
         """The lines a job of the ask's team and queue queues on on ``gpu_class``: the class's
-        and its team's entitlement's (``diagnose.entitlement``: a job that may not borrow
-        stays within the nominal quota, and every job within nominal + borrowing limit; a
-        reservation-only queue's within the team's reservations)."""
+        and its team's entitlement's (``diagnose.entitlement``'s rule: a job that may not
+        borrow stays within the nominal quota, and every job within nominal + borrowing limit;
+        a reservation-only queue's within the team's reservations, while they are open)."""
         queue = ask.queue
         team = ask.job.team
-        most = self.most(ask, gpu_class)
-        found = [self._on(("c", gpu_class), self.capacity[gpu_class])]
+        state = self.state
+        key = (team, gpu_class)
+        nominal = state.nominal.get(key, 0)
+        capacity = self.capacity[gpu_class]
+        if queue.reservation_only:  # its reserved GPUs the others may not use are its own
+            capacity += state.res_idle_total[gpu_class]
+        found = [self._on(("c", gpu_class), capacity, "c", gpu_class)]
         if queue.reservation_only:
-            found.append(self._on(("r", team, gpu_class), most))
+            found.append(self._reserved(team, queue.name, gpu_class))
         else:
-            key = (team, gpu_class)
-            quota = self.state.nominal.get(key, 0) + self.state.borrow_limit.get(key, 0)
-            found.append(self._on(("q", team, gpu_class), max(most, quota)))
+            quota = nominal + state.borrow_limit.get(key, 0)
+            found.append(self._on(("q", team, gpu_class), quota, "t", team))
             if not queue.can_borrow:
-                found.append(self._on(("n", team, gpu_class), most))
+                found.append(self._on(("n", team, gpu_class), nominal, "t", team))
         if not self.capacity.get(gpu_class):
-            found = [(_NOWHERE, [0.0], False)]  # no node of the class may take jobs
+            found = [(_NOWHERE, _Queued(), False)]  # no node of the class may take jobs
         self.routes[(team, queue.name, gpu_class)] = found
         return found
-
-    def most(self, ask: Ask, gpu_class: str) -> int:
-        """The most the ask's team may hold of ``gpu_class`` for its queue's jobs, scaled."""
-        key = (ask.job.team, ask.queue.name, gpu_class)
-        most = self.state.most_memo.get(key)
-        if most is None:
-            most = self.state.eq_units(entitlement_of(self.state, ask, gpu_class).most)
-            self.state.most_memo[key] = most
-        return most
 
     def user_route(self, ask: Ask) -> Route:
         """The lines of the ask's user's caps in its queue (on running jobs, on GPU-eq)."""
@@ -290,27 +340,60 @@ class _Projection:
         user = ask.job.user
         found = []
         if queue.max_running_jobs_per_user is not None:
-            found.append(self._on(("uj", queue.name, user), queue.max_running_jobs_per_user))
+            cap = queue.max_running_jobs_per_user
+            found.append(self._on(("uj", queue.name, user), cap, "u", queue.name, user))
         if queue.max_gpu_eq_per_user is not None:
             cap = self.state.eq_units(queue.max_gpu_eq_per_user)
-            found.append(self._on(("ue", queue.name, user), cap))
+            found.append(self._on(("ue", queue.name, user), cap, "u", queue.name, user))
         self.users[(queue.name, user)] = found
         return found
 
-    def _on(self, key: tuple[str, ...], capacity: int) -> tuple[_Line, list[float], bool]:
-        """The line of ``key`` with ``capacity`` (one per capacity: a team's entitlement
-        depends on the queue), and the work queued on ``key``."""
+    def _on(self, key: tuple[str, ...], capacity: int, *shape: str) -> tuple[_Line, _Queued, bool]:
+        """The line of ``key`` with ``capacity`` (one per capacity), and the work queued on
+        ``key``; ``shape`` names the jobs whose runtimes and sizes say how much of a runtime a
+        job in flight there has left."""
+        per_job = key[0] == "uj"
         line = self.lines.get((*key, capacity))
         if line is None:
+            found = self.shapes.get(shape)
+            residual = found.residual(capacity, per_job) if found else 0.0
             changes = self.changes.get(key, [])
-            # P jobs in flight, evenly spread, have (P - 1) / P of half a runtime left on
-            # average when one of them ends: half a runtime on a class, none on a quota
-            # that holds one job at a time
-            width = 1 if key[0] == "uj" else self.width
-            parallel = capacity / width if width else 0.0
-            residual = self.runtime / 2 * (1 - 1 / parallel) if parallel > 1 else 0.0
             line = self.lines[(*key, capacity)] = _Line.of(capacity, changes, residual)
-        return line, self.queued.setdefault(key, [0.0]), key[0] == "uj"
+        queued = self.queued.get(key)
+        if queued is None:
+            queued = self.queued[key] = _Queued()
+        return line, queued, per_job
+
+    def _reserved(self, team: str, queue: str, gpu_class: str) -> tuple[_Line, _Queued, bool]:
+        """A reservation-only queue's line: the team's reservations it may use on the class,
+        each counted while it is open (a window that opens later or closes holds its amount
+        before or after)."""
+        key = ("r", team, queue, gpu_class)
+        state = self.state
+        capacity = 0
+        windows: list[tuple[float, int]] = []
+        for rid in state.holder_reservations(team, queue, gpu_class):
+            reservation = state.reservations[rid]
+            amount = state.res_amount[rid]
+            capacity += amount
+            if reservation.start is not None and reservation.start > self.origin:
+                windows += [
+                    (0.0, amount),
+                    ((reservation.start - self.origin).total_seconds(), -amount),
+                ]
+            if reservation.end is not None:
+                closes = max(0.0, (reservation.end - self.origin).total_seconds())
+                windows += [(closes, amount), (math.inf, -amount)]
+        line = self.lines.get((*key, capacity))
+        if line is None:
+            changes = sorted([*self.changes.get(("r", team, gpu_class), []), *windows])
+            found = self.shapes.get(("t", team))
+            residual = found.residual(capacity, False) if found and capacity else 0.0
+            line = self.lines[(*key, capacity)] = _Line.of(capacity, changes, residual)
+        queued = self.queued.get(key)
+        if queued is None:
+            queued = self.queued[key] = _Queued()
+        return line, queued, False
 
 
 # A class with no node that may take jobs: nothing starts there.

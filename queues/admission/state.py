@@ -279,9 +279,6 @@ class State:
         # estimate.py: a queue's per-user GPU-eq cap, scaled
         self.profiles: dict[tuple[str, int], _Profile] = {}
         self.user_eq_caps: dict[str, int] = {}
-        # projection.py: the most a team may hold of a class for a queue's jobs, scaled, per
-        # (team, queue, class) (what it reads does not change within a plan)
-        self.most_memo: dict[tuple[str, str, str], int] = {}
         # never.py: the verdict per ask (``Ask.key``), queue and user; whether a shape fits a
         # pool (by ``id``) once it is empty
         self.never_fits_memo: dict[tuple[int, str, str], PendingReason | None] = {}

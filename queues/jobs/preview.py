@@ -47,6 +47,7 @@ class Preview:
     start_range_low: datetime | None = None
     start_range_high: datetime | None = None
     why_unknown: str = ""
+    estimated_start_note: str = ""  # beside a start: that it is projected (``EstimatedStart``)
     reasons: tuple[engine.PendingReason, ...] = ()
     alternatives: tuple[engine.Alternative, ...] = ()
     alternatives_untried: int = 0
@@ -75,6 +76,7 @@ class Preview:
                 )
             },
             "why_unknown": self.why_unknown,
+            "estimated_start_note": self.estimated_start_note,
             "reasons": [r.to_dict() for r in self.reasons],
             "alternatives": [
                 {
@@ -160,6 +162,7 @@ def job_preview(*, request: JobRequest, now: datetime | None = None) -> Preview:
         start_range_low=status.estimated_start.range_low if status else None,
         start_range_high=status.estimated_start.range_high if status else None,
         why_unknown=status.estimated_start.why_unknown if status else "",
+        estimated_start_note=status.estimated_start.note if status else "",
         reasons=status.reasons if status else (),
         alternatives=explanation.alternatives,
         alternatives_untried=explanation.untried,

@@ -492,6 +492,11 @@ class PreviewSerializer(serializers.Serializer):
     start_range_low = serializers.DateTimeField(allow_null=True)
     start_range_high = serializers.DateTimeField(allow_null=True)
     why_unknown = serializers.CharField(allow_blank=True)
+    estimated_start_note = serializers.CharField(
+        allow_blank=True,
+        help_text="Beside a start: what to know about it (a projection deep in a long queue), "
+        "as the job's own estimated_start_note will say.",
+    )
     reasons = PendingReasonSerializer(many=True, help_text="The binding reason first.")
     alternatives = AlternativeSerializer(many=True, help_text="Soonest first.")
     alternatives_untried = serializers.IntegerField(

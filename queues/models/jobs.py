@@ -163,7 +163,9 @@ class Job(models.Model):
         null=True, blank=True, help_text="The start when jobs run their 90th-percentile runtimes."
     )
     estimated_start_note = models.CharField(
-        max_length=300, blank=True, help_text="Why the start is unknown."
+        max_length=300,
+        blank=True,
+        help_text="Why the start is unknown; beside a start, that it is projected.",
     )
     position = models.PositiveIntegerField(null=True, blank=True)
     queue_length = models.PositiveIntegerField(null=True, blank=True)

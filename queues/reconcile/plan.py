@@ -155,9 +155,11 @@ def pending_reasons_store(
         if quota_event is not None:
             events.append(quota_event)
         estimate = status.estimated_start
+        # a bound shown is kept (``bound_kept``); a projection is no bound, shown or new
+        shown = None if stored[5] == engine.PROJECTED_NOTE else stored[1]
         values = (
             reasons,
-            engine.bound_kept(stored[1], estimate.at, now),
+            estimate.at if estimate.projected else engine.bound_kept(shown, estimate.at, now),
             estimate.likely,
             estimate.range_low,
             estimate.range_high,

@@ -164,3 +164,74 @@ def test_on_the_benchmark_cluster_projected_estimates_stay_close_to_simulated_on
     for name, values in deviations.items():
         assert len(values) > 2000
         assert statistics.median(values) <= 0.25, name
+
+
+def test_beyond_the_horizon_a_job_that_can_never_start_says_so_and_delays_nobody() -> None:
+    # job 15 needs 2 × 8 GPUs of a team that may hold 8; job 16 behind it starts when the
+    # fifth ends, as simulated; a probe of the same shape can never start either
+    start = replace(
+        one_at_a_time(),
+        pending=(
+            *one_at_a_time().pending,
+            pending(15, "nlp", gpus=8, pods=2, waited=timedelta(minutes=4), runtime_limit=HOUR),
+            pending(16, "nlp", gpus=8, waited=timedelta(minutes=3), runtime_limit=HOUR),
+        ),
+        probes=(pending(900, "nlp", gpus=8, pods=2, waited=timedelta(0), runtime_limit=HOUR),),
+    )
+    simulated = plan(start, horizon=None, replay_budget=0)
+    projected = plan(start, horizon=1, replay_budget=0)
+    assert _estimates(projected) == _estimates(simulated)
+    assert _estimates(projected)[16][0] == 6.0
+    never = projected.status(15)
+    assert never is not None and never.estimated_start.at is None
+    assert never.estimated_start.why_unknown.startswith("can never start")
+    [(_, probe)] = projected.probe_estimates
+    assert probe.at is None and probe.why_unknown.startswith("can never start")
+
+
+def test_a_quota_of_one_job_at_a_time_stays_so_beside_another_teams_many_small_jobs() -> None:
+    # nlp's one-at-a-time quota beside cv's 200 one-GPU jobs of ten hours on four T4 nodes:
+    # what a job in flight has left is reckoned per line (nlp's: none), and the first job
+    # waiting beyond the simulation's first start (a cv job) does not hold nlp's back
+    start = snapshot(
+        nodes=[
+            *(node(f"n{i}") for i in range(4)),
+            *(node(f"t{i}", gpu_class=T4) for i in range(4)),
+        ],
+        queues=QUEUES,
+        teams=[team("nlp", {H100: 8}), team("cv", {T4: 32})],
+        running=[running(1, "nlp", "n0", gpus=8, started=3 * HOUR, runtime=4 * HOUR)],
+        pending=[
+            *(
+                pending(10 + i, "nlp", gpus=8, waited=timedelta(minutes=10 - i), runtime_limit=HOUR)
+                for i in range(5)
+            ),
+            *(
+                pending(
+                    100 + i,
+                    "cv",
+                    "training",
+                    "small-inference",
+                    gpus=1,
+                    waited=timedelta(minutes=5),
+                    runtime_limit=10 * HOUR,
+                )
+                for i in range(200)
+            ),
+        ],
+    )
+    simulated = _estimates(plan(start, horizon=None, replay_budget=0))
+    projected = _estimates(plan(start, horizon=1, replay_budget=0))
+    assert [projected[10 + i][0] for i in range(5)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    # cv's jobs start 32 at a time every ten hours; projected within a tenth and a half
+    for job in (140, 200, 299):
+        at, truth = projected[job][0], simulated[job][0]
+        assert at is not None and truth is not None
+        assert abs(at - truth) <= 0.15 * truth, (job, at, truth)
+
+
+def test_a_horizon_below_one_start_counts_as_one() -> None:
+    start = one_at_a_time()
+    assert _estimates(plan(start, horizon=0, replay_budget=0)) == _estimates(
+        plan(start, horizon=1, replay_budget=0)
+    )
