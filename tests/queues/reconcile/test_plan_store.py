@@ -95,3 +95,44 @@ def test_a_waiting_jobs_bound_is_stored_kept_never_earlier_while_ahead(mia):
     assert store(now + timedelta(minutes=55), now + timedelta(minutes=51)) == (
         now + timedelta(minutes=55)
     )
+
+
+def test_a_projected_start_is_shown_as_it_comes_never_kept_like_a_bound(mia):
+    # Deep in a long queue the start is projected (queues/admission/projection.py): no bound,
+    # so an earlier one replaces it, and the note goes with the time it belongs to.
+    from datetime import timedelta
+
+    from queues import admission as engine
+    from queues.reconcile.plan import pending_reasons_store
+
+    job = waiting(mia, "projected")
+    now = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
+    reason = engine.PendingReason(engine.ReasonCode.INSUFFICIENT_CAPACITY, "needs 8; 0 free")
+
+    def store(at: datetime, when: datetime, *, projected: bool) -> tuple[datetime | None, str]:
+        estimate = engine.EstimatedStart(at=at, likely=at, projected=projected)
+        status = engine.PendingStatus(
+            job_id=job.pk, reasons=(reason,), estimated_start=estimate, position=1, queue_length=1
+        )
+        pending_reasons_store(
+            engine.Plan(now=when, admissions=(), preemptions=(), pending=(status,)), now=when
+        )
+        job.refresh_from_db()
+        return job.estimated_start, job.estimated_start_note
+
+    shown = store(now + timedelta(hours=47), now, projected=True)
+    assert shown == (now + timedelta(hours=47), engine.PROJECTED_NOTE)
+    # the next plan simulates it: its bound is shown, without the note
+    assert store(now + timedelta(hours=1), now + timedelta(minutes=1), projected=False) == (
+        now + timedelta(hours=1),
+        "",
+    )
+    # a simulated bound is kept; a projection after it is shown as it comes, with its note
+    assert store(now + timedelta(minutes=50), now + timedelta(minutes=2), projected=False) == (
+        now + timedelta(hours=1),
+        "",
+    )
+    assert store(now + timedelta(minutes=40), now + timedelta(minutes=3), projected=True) == (
+        now + timedelta(minutes=40),
+        engine.PROJECTED_NOTE,
+    )
