@@ -75,7 +75,8 @@ class _Line:
             self.next += 1
         self.at = to
         self.end = changes[self.next][0] if self.next < len(changes) else math.inf
-        self.free = max(0, self.capacity - self.held)
+        free = self.capacity - self.held
+        self.free = free if free > 0 else 0
         # with nothing free, nothing starts, however little is queued ahead
         self.ready = self.done + self.free * self.residual if self.free else -1.0
 
@@ -237,10 +238,17 @@ class _Projection:
         # ("n", ...) as nominal, ("q", ...) on its quota (nominal or borrowed), ("r", ...) on
         # its reservations; ("ue", queue, user) in GPU-eq and ("uj", queue, user) in jobs
         self.changes: dict[tuple[str, ...], list[tuple[float, int]]] = {}
+        changes = self.changes
+        capped = {
+            name
+            for name, terms in state.queues.items()
+            if terms.max_running_jobs_per_user is not None or terms.max_gpu_eq_per_user is not None
+        }
         for start, end, gpu_class, team, queue, user, eq, kind in schedule:
             held: list[tuple[tuple[str, ...], int]] = [(("c", gpu_class), eq)]
-            if team:  # not a node away for maintenance
-                held += [(("ue", queue, user), eq), (("uj", queue, user), 1)]
+            if team:  # not a node away for maintenance, nor a part holding devices only
+                if queue in capped:
+                    held += [(("ue", queue, user), eq), (("uj", queue, user), 1)]
                 if kind is CapacityKind.RESERVED:
                     held.append((("r", team, gpu_class), eq))
                 else:
@@ -248,11 +256,13 @@ class _Projection:
                     if kind is CapacityKind.NOMINAL:
                         held.append((("n", team, gpu_class), eq))
             for key, amount in held:
-                into = self.changes.setdefault(key, [])
+                into = changes.get(key)
+                if into is None:
+                    into = changes[key] = []
                 into.append((start, amount))
                 into.append((end, -amount))
-        for changes in self.changes.values():
-            changes.sort()
+        for timeline in changes.values():
+            timeline.sort()
         self.lines: dict[tuple[object, ...], _Line] = {}  # by key and capacity
         self.queued: dict[tuple[str, ...], _Queued] = {}
         self.routes: dict[tuple[str, str, str], Route] = {}  # by team, queue, class

@@ -45,7 +45,7 @@ MAX_CREATE_REFUSALS = 3
 # Up to this many waiting jobs, every cycle refreshes all their reasons, positions and
 # estimates; beyond, those already shown are refreshed every REASONS_REFRESH at most, and at
 # least every REASONS_REFRESH_MAX (see ``refresh_begin``). Issue #30 asks for 10,000 once
-# estimates cost little more than the plan; at 10,000 waiting they now cost 1.4 × the plan,
+# estimates cost little more than the plan; at 10,000 waiting they now cost 1.6 × the plan,
 # but with 10,000 the Kueue baseline replay's cycles (a few thousand waiting, each cycle's
 # admissions waiting for its forecast, every waiting row rewritten) still ran long enough to
 # lose 11 s on large jobs' admission and 25 s of wall time (docs/benchmarks.md).
