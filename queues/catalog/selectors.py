@@ -112,7 +112,7 @@ class QueueLive:
     historical waits, how many jobs wait and run, and free GPU-equivalents per allowed class."""
 
     expected_wait: timedelta | None
-    expected_note: str
+    expected_note: str  # why it is unknown; beside a wait, that it is projected
     wait_p50: timedelta | None
     wait_p90: timedelta | None
     pending: int
@@ -215,15 +215,16 @@ def queues_live(queues: list[Queue], user: User, *, now: datetime) -> dict[int, 
     live = {}
     for queue in queues:
         # the soonest of the viewer's teams: its likely start and its bound, one team's pair
-        known = sorted((likely, s) for s, likely, _ in estimates[queue.pk] if s and likely)
-        soonest, latest = known[0] if known else (None, None)
+        known = sorted((likely, s, n) for s, likely, n in estimates[queue.pk] if s and likely)
+        # beside a start, its note says whether it is projected (a long queue's far end)
+        soonest, latest, told = known[0] if known else (None, None, "")
         notes = [n for s, _, n in estimates[queue.pk] if s is None and n]
         st = stats.get(queue.pk)
         free = st.free if st else {}
         live[queue.pk] = QueueLive(
             expected_wait=max(soonest - now, timedelta(0)) if soonest else None,
             expected_wait_latest=max(latest - now, timedelta(0)) if latest else None,
-            expected_note="" if soonest else (notes[0] if notes else "no estimate yet"),
+            expected_note=told if soonest else (notes[0] if notes else "no estimate yet"),
             wait_p50=st.wait_p50 if st else None,
             wait_p90=st.wait_p90 if st else None,
             pending=st.pending if st else 0,

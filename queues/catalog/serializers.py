@@ -109,7 +109,11 @@ class QueueLiveSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The same job's wait at the latest (every job runs to its runtime limit).",
     )
-    expected_wait_note = serializers.CharField(allow_blank=True)
+    expected_wait_note = serializers.CharField(
+        allow_blank=True,
+        help_text="Why the expected wait is unknown; beside a wait, that it is projected (more "
+        "than 1,500 jobs waiting: the forecast projects the far end of the queue).",
+    )
     wait_p50_seconds = serializers.IntegerField(allow_null=True)
     wait_p90_seconds = serializers.IntegerField(allow_null=True)
     pending = serializers.IntegerField()

@@ -323,6 +323,38 @@ class TestLiveState:
         assert 2400 <= api["expected_wait_seconds"] <= 2430
         assert 5400 <= api["expected_wait_latest_seconds"] <= 5430
 
+    def test_a_projected_expected_wait_says_so_on_page_and_api(self, mia):
+        # with more than 1,500 waiting the queue's default job is projected
+        # (queues/admission/projection.py); the wait says so beside it
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        from queues.admission import PROJECTED_NOTE
+        from queues.models import QueueEstimate, Team
+
+        now = timezone.now()
+        batch = Queue.objects.get(name="batch")
+        QueueEstimate.objects.create(
+            queue=batch,
+            team=Team.objects.get(name="vision"),
+            estimated_start=now + timedelta(days=3, minutes=1),
+            likely_start=now + timedelta(days=2, minutes=1),
+            note=PROJECTED_NOTE,
+            computed_at=now,
+        )
+
+        html = page_client(mia).get("/queues/").content.decode()
+
+        batch_card = html[html.index('id="queue-batch"') :]
+        assert f'<span class="hint" data-testid="expected-note">({PROJECTED_NOTE})</span>' in (
+            batch_card
+        )
+        client = APIClient()
+        client.force_authenticate(mia)
+        api = client.get("/api/queues/batch/").json()["live"]
+        assert api["expected_wait_note"] == PROJECTED_NOTE
+
     def test_free_gpus_count_healthy_in_service_capacity_minus_what_pods_hold(self, mia):
         from decimal import Decimal
 
