@@ -188,19 +188,16 @@ def _shapes(jobs: Sequence[Ask], runtimes: Sequence[float]) -> dict[tuple[str, .
             shape.work += work
             shape.longer += work * seconds
             shape.wider += work * demand
-            shape.jobs += seconds
     return shapes
 
 
 @dataclass(slots=True)
 class _Shape:
-    """Sums over the jobs queued on a line: work, work × runtime, work × GPU-equivalents, and
-    runtimes (a job's work on a cap on running jobs)."""
+    """Sums over the jobs queued on a line: work, work × runtime, work × GPU-equivalents."""
 
     work: float = 0.0
     longer: float = 0.0
     wider: float = 0.0
-    jobs: float = 0.0
 
     def residual(self, capacity: int, per_job: bool) -> float:
         """What a job in flight on a line of ``capacity`` has left on average when one ends:
