@@ -43,7 +43,7 @@ from queues.admission.diagnose import entitlement
 from queues.admission.fit import fit_class, hold
 from queues.admission.never import never_fits
 from queues.admission.plan import EstimatedStart
-from queues.admission.projection import Interval, project
+from queues.admission.projection import Interval, TailRun, project
 from queues.admission.snapshot import CapacityKind, JobId
 from queues.admission.state import Alloc, State
 
@@ -66,8 +66,7 @@ def simulate(
     runtime_of: Callable[[Ask], timedelta] | None = None,
     never: dict[tuple[JobId, bool], str] | None = None,
     horizon: int | None = None,
-    tail: Sequence[Ask] = (),
-    tail_probes: Sequence[Ask] = (),
+    tail: TailRun | None = None,
     chosen: dict[JobId, str] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
@@ -78,8 +77,8 @@ def simulate(
     start ("" if it may), for the next simulation of the same jobs.
 
     With ``horizon`` the simulation stops once that many jobs have started (at the end of that
-    moment), and the jobs and probes it did not start, then ``tail`` and ``tail_probes`` (the
-    jobs and probes behind ``asks`` and ``probes`` in plan order), are projected from there
+    moment), and the jobs and probes it did not start, then ``tail``'s (the jobs and probes
+    behind ``asks`` and ``probes`` in plan order that may start), are projected from there
     (``projection.project``; ``chosen`` keeps the classes it places jobs on).
     """
     simulation = _Simulation(state)
@@ -97,8 +96,21 @@ def simulate(
     simulation.first = simulation.events[0][0] if simulation.events else None
     simulation.run()
     if horizon is not None:
-        simulation.project(tail, tail_probes)
+        simulation.project(tail)
     return simulation.results, simulation.probe_results
+
+
+def never_why(
+    state: State, ask: Ask, memo: dict[tuple[JobId, bool], str], *, probe: bool = False
+) -> str:
+    """Why ``ask`` (a probe, with ``probe``) can never start, "" if it may; ``memo`` keeps it by
+    job for the next simulation of the same jobs."""
+    key = (ask.job.id, probe)  # a probe's id may be a real job's
+    why = memo.get(key)
+    if why is None:
+        reason = never_fits(state, ask)
+        why = memo[key] = reason.message if reason else ""
+    return why
 
 
 Entry = tuple[int, int]  # (plan order, index) in a class's heap
@@ -151,12 +163,7 @@ class _Simulation:
 
     def never_why(self, ask: Ask, *, probe: bool = False) -> str:
         """Why ``ask`` can never start ("" if it may)."""
-        key = (ask.job.id, probe)  # a probe's id may be a real job's
-        why = self.never.get(key)
-        if why is None:
-            reason = never_fits(self.state, ask)
-            why = self.never[key] = reason.message if reason else ""
-        return why
+        return never_why(self.state, ask, self.never, probe=probe)
 
     def enqueue(self, asks: Sequence[Ask]) -> None:
         """Put every real job that may start into the heaps of its classes (a job held back
@@ -323,12 +330,11 @@ class _Simulation:
         if still:
             self.away[node.gpu_class] = self.away.get(node.gpu_class, 0) + amount
 
-    def project(self, tail: Sequence[Ask], tail_probes: Sequence[Ask]) -> None:
-        """The jobs and probes it did not start, and ``tail`` and ``tail_probes`` behind them,
-        projected behind what it did, from its start (``projection.project``): those it did
-        not start no sooner than the moment after it stopped, the tail's no sooner than its
-        first moment. When it ended before the horizon, those it did not start never start
-        (``run``). Those behind that can never start are told why (``never_why``)."""
+    def project(self, tail: TailRun | None) -> None:
+        """The jobs and probes it did not start, and ``tail``'s behind them, projected behind
+        what it did, from its start (``projection.project``): those it did not start no sooner
+        than the moment after it stopped, the tail's no sooner than its first moment. When it
+        ended before the horizon, those it did not start never start (``run``)."""
         jobs: list[Ask] = []
         ghosts: list[Ask] = []
         state = self.state
@@ -339,19 +345,6 @@ class _Simulation:
             ghosts = [ask for ghost, ask in enumerate(self.ghosts) if not self.ghost_done[ghost]]
         floors = {ask.job.id: stopped for ask in jobs}
         probe_floors = {ask.job.id: stopped for ask in ghosts}
-        # the tail's jobs and probes that can never start are told why, and queue no work
-        for ask in tail:
-            why = self.never_why(ask)
-            if why:
-                self.results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
-            else:
-                jobs.append(ask)
-        for ask in tail_probes:
-            why = self.never_why(ask, probe=True)
-            if why:
-                self.probe_results[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
-            else:
-                ghosts.append(ask)
         for when, kind, _, payload in self.events:
             if kind == NODE_BACK and isinstance(payload, int):
                 self.node_away(payload, when, still=True)
@@ -361,7 +354,8 @@ class _Simulation:
             ghosts,
             self.schedule,
             state.now,
-            self.runtime_of,
+            [self.runtime_of(ask).total_seconds() for ask in jobs],
+            tail,
             returning=self.away,
             chosen=self.chosen,
             floors=(self.first or state.now, floors, probe_floors),

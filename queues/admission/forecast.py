@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from queues.admission.asks import Ask
-from queues.admission.estimate import simulate
+from queues.admission.estimate import never_why, simulate
 from queues.admission.pass_state import Pass
 from queues.admission.plan import EstimatedStart
-from queues.admission.projection import FORECAST_HORIZON
+from queues.admission.projection import FORECAST_HORIZON, Tail, TailRun
 from queues.admission.scheduler import consider, probe_fits_now
 from queues.admission.snapshot import (
     NO_HISTORY,
@@ -108,7 +108,10 @@ def forecast(
     head, tail = asks[:cut], asks[cut:]
     last = head[-1].order if tail else math.inf
     head_probes = [p for p in probes if p.order <= last]
-    tail_probes = [p for p in probes if p.order > last]
+    # what may start of the tail, worked out once for every scenario; what may not, told why
+    behind, tail_never, tail_probe_never = _tail(
+        state, tail, [p for p in probes if p.order > last], never, forecasts
+    )
     for name, pick in SCENARIOS:
         ratios = tuple(pick(f) for f in distinct)
         same = replayed.get(ratios)
@@ -131,8 +134,10 @@ def forecast(
             budget,
             dict(kept or {}),
             never,
-            (horizon, tail, tail_probes, chosen),
+            (horizon, behind.run(pick) if behind is not None else None, chosen),
         )
+        results[name][0].update(tail_never)
+        results[name][1].update(tail_probe_never)
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
     return (
@@ -227,10 +232,10 @@ def _replay(
     budget: int,
     kept: dict[JobId, tuple[str, Placement]],
     never: dict[tuple[JobId, bool], str],
-    projected: tuple[int | None, Sequence[Ask], Sequence[Ask], dict[JobId, str]],
+    projected: tuple[int | None, TailRun | None, dict[JobId, str]],
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits; with a
-    horizon (``projected``: it, the tail's jobs and probes, and the classes projected jobs
+    horizon (``projected``: it, the tail in this scenario, and the classes projected jobs
     were placed on), those it does not reach are projected."""
     now = state.now
     started = dict(started)  # and when the replay starts each job
@@ -248,7 +253,7 @@ def _replay(
         return _finish(alloc, ratio(alloc.job_id), since, state.now)
 
     runtime_of = _runtime_of(ratio)
-    horizon, tail, tail_probes, chosen = projected
+    horizon, tail, chosen = projected
     for alloc in state.allocs.values():
         push(finish(alloc), _END, alloc)
     for rid, reservation in state.reservations.items():
@@ -314,14 +319,13 @@ def _replay(
         waiting, ghosts = left, ghosts_left
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
-    if rest or ghosts or tail or tail_probes:
+    if rest or ghosts or tail is not None:
         # What the replay's budget did not reach: the per-class simulation from here on.
         beyond: dict[str, Any] = {}
         if horizon is not None:
             beyond = {
                 "horizon": max(0, horizon - len(starts)),
                 "tail": tail,
-                "tail_probes": tail_probes,
                 "never": never,
                 "chosen": chosen,
             }
@@ -329,6 +333,35 @@ def _replay(
         starts.update(more)
         probe_starts.update(more_probes)
     return starts, probe_starts
+
+
+def _tail(
+    state: State,
+    asks: Sequence[Ask],
+    probes: Sequence[Ask],
+    never: dict[tuple[JobId, bool], str],
+    forecasts: Mapping[JobId, Forecast],
+) -> tuple[Tail | None, dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+    """The tail behind the simulated head (None: no tail) of what may start, and the estimates
+    of the tail's jobs and probes that never start (why; ``never`` keeps it)."""
+    if not asks and not probes:
+        return None, {}, {}
+    jobs: list[Ask] = []
+    ghosts: list[Ask] = []
+    results: dict[JobId, EstimatedStart] = {}
+    probe_results: dict[JobId, EstimatedStart] = {}
+    for items, probe, kept, told in (
+        (asks, False, jobs, results),
+        (probes, True, ghosts, probe_results),
+    ):
+        for ask in items:
+            why = never_why(state, ask, never, probe=probe)
+            if why:
+                told[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
+            else:
+                kept.append(ask)
+    tail = Tail.of(jobs, ghosts, lambda ask: forecasts.get(ask.job.id, NO_HISTORY))
+    return tail, results, probe_results
 
 
 def _runtime_of(ratio: Callable[[JobId], float]) -> Callable[[Ask], timedelta]:

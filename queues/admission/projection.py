@@ -22,9 +22,10 @@ job.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from queues.admission.asks import Ask
 from queues.admission.plan import EstimatedStart
@@ -112,25 +113,108 @@ class _Queued:
 Route = list[tuple[_Line, _Queued, bool]]
 
 
+@dataclass(slots=True)
+class Tail:
+    """The jobs and probes a forecast projects behind every scenario's simulation (those past
+    its head, in plan order; each job may start), worked out once for all the scenarios: each
+    job's runtime limit and forecast (``kinds``: scenarios differ only in the share of its limit
+    a job runs, one share per forecast), and the sums ``_shapes`` needs, per group of jobs that
+    queue on the same lines with the same forecast."""
+
+    jobs: list[Ask]
+    probes: list[Ask]
+    limits: list[float] = field(default_factory=list)  # seconds
+    kinds: list[Hashable] = field(default_factory=list)
+    # per group: the shape keys its jobs queue on, its forecast, and over its jobs the sums of
+    # GPU-eq × limit, × limit², and GPU-eq² × limit
+    groups: list[tuple[list[tuple[str, ...]], Hashable, float, float, float]] = field(
+        default_factory=list
+    )
+
+    @classmethod
+    def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Hashable]) -> Tail:
+        tail = cls(jobs, probes)
+        # by team, classes, user (in a queue that caps users), queue, forecast
+        sums: dict[tuple[str, tuple[str, ...], str | None, str, Hashable], list[float]] = {}
+        for ask in jobs:
+            limit = ask.runtime.total_seconds()
+            kind = kind_of(ask)
+            tail.limits.append(limit)
+            tail.kinds.append(kind)
+            queue = ask.queue
+            capped = (
+                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
+            )
+            group = (ask.job.team, ask.classes, ask.job.user if capped else None, queue.name, kind)
+            found = sums.get(group)
+            if found is None:
+                found = sums[group] = [0.0, 0.0, 0.0]
+            demand = ask.min_demand
+            work = demand * limit
+            found[0] += work
+            found[1] += work * limit
+            found[2] += work * demand
+        for (team, classes, user, queue_name, kind), (work, longer, wider) in sums.items():
+            keys = _shape_keys(team, classes, queue_name, user)
+            tail.groups.append((keys, kind, work, longer, wider))
+        return tail
+
+    def run(self, ratio: Callable[[Any], float]) -> TailRun:
+        """The tail in a scenario where jobs run ``ratio`` of their limits (by forecast): each
+        job's runtime in seconds, and the jobs' ``_shapes``."""
+        ratios = {kind: ratio(kind) for kind in set(self.kinds)}
+        runtimes = [
+            limit * ratios[kind] for limit, kind in zip(self.limits, self.kinds, strict=True)
+        ]
+        shapes: dict[tuple[str, ...], _Shape] = {}
+        for keys, kind, work, longer, wider in self.groups:
+            share = ratios[kind]
+            for key in keys:
+                shape = shapes.get(key)
+                if shape is None:
+                    shape = shapes[key] = _Shape()
+                shape.work += work * share
+                shape.longer += longer * share * share
+                shape.wider += wider * share
+        return TailRun(self, runtimes, shapes)
+
+
+@dataclass(slots=True)
+class TailRun:
+    """A ``Tail`` in one scenario (``Tail.run``)."""
+
+    tail: Tail
+    runtimes: list[float]
+    shapes: dict[tuple[str, ...], _Shape]
+
+
 def project(
     state: State,
     jobs: Sequence[Ask],
     ghosts: Sequence[Ask],
     schedule: Iterable[Interval],
     origin: datetime,
-    runtime_of: Callable[[Ask], timedelta],
+    runtimes: Sequence[float],
+    tail: TailRun | None = None,
     returning: Mapping[str, int] | None = None,
     chosen: dict[JobId, str] | None = None,
     floors: tuple[datetime, Mapping[JobId, datetime], Mapping[JobId, datetime]] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
-    """Projected starts of ``jobs`` (in plan order; each may start) and ``ghosts`` (probes: they
-    queue no work) from ``origin`` on, behind ``schedule`` (seconds after ``origin``; see the
-    module docstring). ``returning``: per class, the capacity of nodes that come back later
-    (the schedule holds it until then). ``chosen``: the class each job was projected on, by an
+    """Projected starts of ``jobs`` (in plan order; each may start; ``runtimes``: how long each
+    runs, in seconds), then ``tail``'s, and of ``ghosts`` and the tail's probes (they queue no
+    work) from ``origin`` on, behind ``schedule`` (seconds after ``origin``; see the module
+    docstring). ``returning``: per class, the capacity of nodes that come back later (the
+    schedule holds it until then). ``chosen``: the class each job was projected on, by an
     earlier scenario (kept) or now (added). ``floors``: no job starts before the first, nor a
     job (probe) named in the second (third) before the time given there."""
-    runtimes = [runtime_of(ask).total_seconds() for ask in jobs]
-    projection = _Projection(state, schedule, origin, _shapes(jobs, runtimes))
+    if tail is not None:
+        shapes = _shapes(jobs, runtimes, into=tail.shapes)
+        jobs = [*jobs, *tail.tail.jobs]
+        runtimes = [*runtimes, *tail.runtimes]
+        ghosts = [*ghosts, *tail.tail.probes]
+    else:
+        shapes = _shapes(jobs, runtimes)
+    projection = _Projection(state, schedule, origin, shapes)
     projection.chosen = {} if chosen is None else chosen
     for name, amount in (returning or {}).items():
         projection.capacity[name] = projection.capacity.get(name, 0) + amount
@@ -168,19 +252,23 @@ def project(
     return results, probe_results
 
 
-def _shapes(jobs: Sequence[Ask], runtimes: Sequence[float]) -> dict[tuple[str, ...], _Shape]:
+def _shapes(
+    jobs: Sequence[Ask],
+    runtimes: Sequence[float],
+    into: dict[tuple[str, ...], _Shape] | None = None,
+) -> dict[tuple[str, ...], _Shape]:
     """Per class (``("c", class)``), team (``("t", team)``) and user in a queue that caps users
     (``("u", queue, user)``): the work-weighted runtime and GPU-equivalents of the jobs that
-    queue there."""
-    shapes: dict[tuple[str, ...], _Shape] = {}
+    queue there (added to ``into``'s, a ``Tail.shapes``)."""
+    shapes: dict[tuple[str, ...], _Shape] = {} if into is None else into
     for ask, seconds in zip(jobs, runtimes, strict=True):
         demand = ask.min_demand
         work = demand * seconds
         queue = ask.queue
-        keys: list[tuple[str, ...]] = [("t", ask.job.team)]
-        keys.extend(("c", gpu_class) for gpu_class in ask.classes)
-        if queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None:
-            keys.append(("u", queue.name, ask.job.user))
+        capped = (
+            queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
+        )
+        keys = _shape_keys(ask.job.team, ask.classes, queue.name, ask.job.user if capped else None)
         for key in keys:
             shape = shapes.get(key)
             if shape is None:
@@ -189,6 +277,18 @@ def _shapes(jobs: Sequence[Ask], runtimes: Sequence[float]) -> dict[tuple[str, .
             shape.longer += work * seconds
             shape.wider += work * demand
     return shapes
+
+
+def _shape_keys(
+    team: str, classes: Sequence[str], queue: str, user: str | None
+) -> list[tuple[str, ...]]:
+    """The shape keys a job queues on: its team's, its classes', its user's in a queue that caps
+    users (``user`` given)."""
+    keys: list[tuple[str, ...]] = [("t", team)]
+    keys.extend(("c", gpu_class) for gpu_class in classes)
+    if user is not None:
+        keys.append(("u", queue, user))
+    return keys
 
 
 @dataclass(slots=True)
