@@ -21,11 +21,15 @@ job.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+import numpy as np
 
 from queues.admission.asks import Ask
 from queues.admission.plan import EstimatedStart
@@ -99,6 +103,61 @@ class _Line:
             self.advance(end)
         return self.at
 
+    def profile(self) -> _Profile:
+        """The line's ``when`` for many amounts of work at once (``_Profile``)."""
+        changes = self.changes
+        times = [at for at, _ in changes]
+        held_after = list(itertools.accumulate(amount for _, amount in changes))
+        # the walk's segments: from 0, and from each later moment something changes
+        starts = [0.0, *sorted({at for at in times if 0.0 < at < math.inf})]
+        free, tops, readies = [], [], []
+        done = 0.0
+        for index, begin in enumerate(starts):
+            past = bisect.bisect_right(times, begin)
+            held = held_after[past - 1] if past else 0
+            room = max(0, self.capacity - held)
+            end = starts[index + 1] if index + 1 < len(starts) else math.inf
+            free.append(room)
+            readies.append(done + room * self.residual if room else -1.0)
+            if not room:
+                tops.append(-math.inf)
+                continue
+            if end == math.inf:
+                tops.append(math.inf)
+                break
+            done += room * (end - begin)
+            tops.append(done + room * self.residual)
+        return _Profile(
+            np.asarray(starts[: len(tops)]),
+            np.maximum.accumulate(np.asarray(tops)),
+            np.asarray(readies[: len(tops)]),
+            np.asarray(free[: len(tops)], dtype=float),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Profile:
+    """A line's walk laid out (``_Line.profile``): per segment between two changes, when it
+    begins, the most work the line has got ready by its end or any earlier one, what it has
+    ready when it begins and the capacity free in it. The first segment whose most reaches an
+    amount of work is where ``_Line.when`` stops for it."""
+
+    begins: np.ndarray
+    most: np.ndarray
+    ready: np.ndarray
+    free: np.ndarray
+
+    def when(self, work: np.ndarray) -> np.ndarray:
+        """``_Line.when`` of each amount of ``work``."""
+        segment = np.searchsorted(self.most, work, side="left")
+        never = segment >= len(self.most)
+        segment[never] = 0
+        free = self.free[segment]
+        free[never] = 1.0
+        at = self.begins[segment] + np.maximum(0.0, work - self.ready[segment]) / free
+        at[never] = math.inf
+        return at
+
 
 @dataclass(slots=True)
 class _Queued:
@@ -130,6 +189,8 @@ class Tail:
     groups: list[tuple[list[tuple[str, ...]], Hashable, float, float, float]] = field(
         default_factory=list
     )
+    # once every job's class is chosen (``kept_groups``)
+    kept: tuple[list[tuple[Ask, str]], np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Hashable]) -> Tail:
@@ -158,6 +219,39 @@ class Tail:
             keys = _shape_keys(team, classes, queue_name, user)
             tail.groups.append((keys, kind, work, longer, wider))
         return tail
+
+    def kept_groups(
+        self, chosen: Mapping[JobId, str]
+    ) -> tuple[list[tuple[Ask, str]], np.ndarray, np.ndarray] | None:
+        """With every job's class ``chosen``: one job of each group that queues on the same
+        lines (team, queue, class, user where the queue caps users) and its class, each job's
+        group, and each job's GPU-eq on its class; None while a job has no class chosen."""
+        if self.kept is None:
+            members: list[tuple[Ask, str]] = []
+            index: dict[tuple[str, str, str, str | None], int] = {}
+            group_of, demand = [], []
+            for ask in self.jobs:
+                gpu_class = chosen.get(ask.job.id)
+                if gpu_class is None:
+                    return None
+                queue = ask.queue
+                capped = (
+                    queue.max_running_jobs_per_user is not None
+                    or queue.max_gpu_eq_per_user is not None
+                )
+                key = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
+                group = index.get(key)
+                if group is None:
+                    group = index[key] = len(members)
+                    members.append((ask, gpu_class))
+                group_of.append(group)
+                demand.append(ask.demand[gpu_class])
+            self.kept = (
+                members,
+                np.asarray(group_of, dtype=np.intp),
+                np.asarray(demand, dtype=float),
+            )
+        return self.kept
 
     def run(self, ratio: Callable[[Any], float]) -> TailRun:
         """The tail in a scenario where jobs run ``ratio`` of their limits (by forecast): each
@@ -207,13 +301,7 @@ def project(
     schedule holds it until then). ``chosen``: the class each job was projected on, by an
     earlier scenario (kept) or now (added). ``floors``: no job starts before the first, nor a
     job (probe) named in the second (third) before the time given there."""
-    if tail is not None:
-        shapes = _shapes(jobs, runtimes, into=tail.shapes)
-        jobs = [*jobs, *tail.tail.jobs]
-        runtimes = [*runtimes, *tail.runtimes]
-        ghosts = [*ghosts, *tail.tail.probes]
-    else:
-        shapes = _shapes(jobs, runtimes)
+    shapes = _shapes(jobs, runtimes, into=None if tail is None else tail.shapes)
     projection = _Projection(state, schedule, origin, shapes)
     projection.chosen = {} if chosen is None else chosen
     for name, amount in (returning or {}).items():
@@ -228,28 +316,178 @@ def project(
 
     results: dict[JobId, EstimatedStart] = {}
     probe_results: dict[JobId, EstimatedStart] = {}
-    ordered = sorted(ghosts, key=lambda g: (g.order, g.job.id))
+    ordered = sorted(
+        [*ghosts, *(() if tail is None else tail.tail.probes)], key=lambda g: (g.order, g.job.id)
+    )
     next_ghost = 0
-    ghost_order = ordered[0].order if ordered else math.inf
-    for ask, seconds in zip(jobs, runtimes, strict=True):
-        if ghost_order <= ask.order:  # probes at their place: after the jobs ahead of them
-            while next_ghost < len(ordered) and ordered[next_ghost].order <= ask.order:
-                probe = ordered[next_ghost]
-                when, gpu_class, _ = place(probe, least(probe_floor_of, probe.job.id), False)
-                probe_results[probe.job.id] = estimate(probe, when, gpu_class)
-                next_ghost += 1
-            ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
-        when, gpu_class, route = place(ask, least(floor_of, ask.job.id) if floor_of else floor)
-        result = results[ask.job.id] = estimate(ask, when, gpu_class)
-        if gpu_class is None or result.at is None:
-            continue
-        demand = ask.demand[gpu_class]
-        for _, queued, per_job in route:
-            queued.work += seconds if per_job else demand * seconds
-    for ghost in ordered[next_ghost:]:
-        when, gpu_class, _ = place(ghost, least(probe_floor_of, ghost.job.id), False)
-        probe_results[ghost.job.id] = estimate(ghost, when, gpu_class)
+
+    def place_ghosts(up_to: float) -> None:
+        """The probes up to order ``up_to``, at their place: after the jobs ahead of them."""
+        nonlocal next_ghost
+        while next_ghost < len(ordered) and ordered[next_ghost].order <= up_to:
+            probe = ordered[next_ghost]
+            when, gpu_class, _ = place(probe, least(probe_floor_of, probe.job.id), False)
+            probe_results[probe.job.id] = estimate(probe, when, gpu_class)
+            next_ghost += 1
+
+    def walk(jobs: Sequence[Ask], runtimes: Sequence[float]) -> None:
+        ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
+        for ask, seconds in zip(jobs, runtimes, strict=True):
+            if ghost_order <= ask.order:
+                place_ghosts(ask.order)
+                ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
+            when, gpu_class, route = place(ask, least(floor_of, ask.job.id) if floor_of else floor)
+            result = results[ask.job.id] = estimate(ask, when, gpu_class)
+            if gpu_class is None or result.at is None:
+                continue
+            demand = ask.demand[gpu_class]
+            for _, queued, per_job in route:
+                queued.work += seconds if per_job else demand * seconds
+
+    walk(jobs, runtimes)
+    if tail is not None:
+        kept = _KeptTail.of(projection, tail, floor) if _VECTORIZED else None
+        if kept is None:
+            walk(tail.tail.jobs, tail.runtimes)
+        else:
+            results.update(kept.results)
+            for at, probe in kept.probes_at(ordered[next_ghost:]):
+                kept.queued_at(at)
+                place_ghosts(probe.order)
+            kept.queued_at(len(tail.tail.jobs))
+    place_ghosts(math.inf)
     return results, probe_results
+
+
+# Whether a scenario whose jobs keep the classes an earlier one chose projects its tail at
+# once (``_KeptTail``: numpy) rather than job by job; the two give the same estimates (the
+# tests compare them).
+_VECTORIZED = True
+
+
+class _KeptTail:
+    """A tail projected at once, when every job keeps the class an earlier scenario chose: a
+    job's start is then the latest over the lines of its route of when each has done the work
+    queued there ahead of it, and that work does not depend on when those jobs start. So per
+    line the work ahead of each job is a running sum (numpy), and when it is done is read off
+    the line's profile (``_Line.profile``) by a search: the same numbers as placing each job in
+    turn (``project``'s walk), without a Python step per job and line."""
+
+    def __init__(self, projection: _Projection, run: TailRun) -> None:
+        self.projection = projection
+        self.run = run
+        self.results: dict[JobId, EstimatedStart] = {}
+        self.queued: list[_Queued] = []  # the work keys of the rows
+        self.start: list[float] = []  # per key: its work before the tail
+        self.rows: list[tuple[np.ndarray, np.ndarray]] = []  # per key: its jobs, their sums
+
+    @classmethod
+    def of(cls, projection: _Projection, run: TailRun, floor: float) -> _KeptTail | None:
+        """The tail's projection at once, or None when a job has no class kept yet (the first
+        scenario chooses them) or one never starts (what it would have queued is not queued)."""
+        tail = run.tail
+        jobs = tail.jobs
+        if not jobs:
+            kept = cls(projection, run)
+            return kept
+        groups = tail.kept_groups(projection.chosen)
+        if groups is None:
+            return None
+        members, group_of, demand = groups
+        kept = cls(projection, run)
+        lines: list[_Line] = []
+        line_index: dict[int, int] = {}
+        key_index: dict[int, int] = {}
+        table: list[list[tuple[int, int, bool]]] = []
+        for ask, gpu_class in members:
+            entries = []
+            for line, queued, per_job in projection.job_route(ask, gpu_class):
+                li = line_index.setdefault(id(line), len(lines))
+                if li == len(lines):
+                    lines.append(line)
+                ki = key_index.setdefault(id(queued), len(kept.queued))
+                if ki == len(kept.queued):
+                    kept.queued.append(queued)
+                    kept.start.append(queued.work)
+                entries.append((li, ki, per_job))
+            table.append(entries)
+        width = max(len(entries) for entries in table)
+        line_of = np.full((len(table), width), -1, dtype=np.intp)
+        key_of = np.zeros((len(table), width), dtype=np.intp)
+        per_job_of = np.zeros((len(table), width), dtype=bool)
+        for member, entries in enumerate(table):
+            for slot, (li, ki, per_job) in enumerate(entries):
+                line_of[member, slot] = li
+                key_of[member, slot] = ki
+                per_job_of[member, slot] = per_job
+        seconds = np.asarray(run.runtimes, dtype=float)
+        row_job, row_line, row_key, row_work = [], [], [], []
+        for slot in range(width):
+            on = np.flatnonzero(line_of[group_of, slot] >= 0)
+            of = group_of[on]
+            row_job.append(on)
+            row_line.append(line_of[of, slot])
+            row_key.append(key_of[of, slot])
+            row_work.append(np.where(per_job_of[of, slot], seconds[on], demand[on] * seconds[on]))
+        job_r = np.concatenate(row_job)
+        line_r = np.concatenate(row_line)
+        key_r = np.concatenate(row_key)
+        work_r = np.concatenate(row_work)
+        # the work queued on each row's key ahead of its job: a running sum per key
+        order = np.lexsort((job_r, key_r))
+        job_r, line_r, key_r, work_r = job_r[order], line_r[order], key_r[order], work_r[order]
+        sums = np.cumsum(work_r)
+        firsts = np.flatnonzero(np.r_[True, key_r[1:] != key_r[:-1]])
+        counts = np.diff(np.r_[firsts, len(key_r)])
+        before = np.repeat((sums - work_r)[firsts], counts)  # the sums of earlier keys
+        ahead = np.asarray(kept.start, dtype=float)[key_r] + (sums - work_r - before)
+        # when each line has done it
+        when = np.empty(len(ahead))
+        by_line = np.argsort(line_r, kind="stable")
+        bounds = np.flatnonzero(np.r_[True, line_r[by_line][1:] != line_r[by_line][:-1]])
+        for begin, stop in zip(bounds, [*bounds[1:], len(by_line)], strict=True):
+            rows = by_line[begin:stop]
+            when[rows] = lines[int(line_r[rows[0]])].profile().when(ahead[rows])
+        start = np.full(len(jobs), floor)
+        np.maximum.at(start, job_r, when)
+        if not np.isfinite(start).all():
+            return None
+        # per key, its rows' jobs and running sums, for the probes among the tail's jobs
+        for first, count in zip(firsts.tolist(), counts.tolist(), strict=True):
+            ki = int(key_r[first])
+            while len(kept.rows) < ki:
+                kept.rows.append((np.empty(0, dtype=np.intp), np.empty(0)))
+            span = slice(first, first + count)
+            kept.rows.append((job_r[span], sums[span] - (sums[first] - work_r[first])))
+        while len(kept.rows) < len(kept.queued):
+            kept.rows.append((np.empty(0, dtype=np.intp), np.empty(0)))
+        origin = projection.origin
+        for ask, (_, gpu_class), seconds_at in zip(
+            jobs, (members[g] for g in group_of.tolist()), start.tolist(), strict=True
+        ):
+            at = origin + timedelta(seconds=seconds_at)
+            if ask.held_until is not None and ask.held_until > at:
+                at = ask.held_until
+            kept.results[ask.job.id] = EstimatedStart(at, "", None, None, gpu_class, projected=True)
+        return kept
+
+    def probes_at(self, probes: Sequence[Ask]) -> list[tuple[int, Ask]]:
+        """``probes`` (in order) within the tail, each with how many of its jobs are ahead."""
+        orders = [ask.order for ask in self.run.tail.jobs]
+        found = []
+        for probe in probes:
+            at = bisect.bisect_left(orders, probe.order)
+            if at == len(orders):
+                break
+            found.append((at, probe))
+        return found
+
+    def queued_at(self, jobs_ahead: int) -> None:
+        """Set each key's queued work to what the tail's first ``jobs_ahead`` jobs queued there
+        (ahead of a probe at that place; the walks of the lines only move forward)."""
+        for queued, start, (jobs, sums) in zip(self.queued, self.start, self.rows, strict=True):
+            count = int(np.searchsorted(jobs, jobs_ahead))
+            queued.work = start + (float(sums[count - 1]) if count else 0.0)
 
 
 def _shapes(
@@ -406,6 +644,15 @@ class _Projection:
         if users and chosen is not None:
             chosen_route = [*chosen_route, *users]
         return best, chosen, chosen_route
+
+    def job_route(self, ask: Ask, gpu_class: str) -> Route:
+        """Every line ``ask`` queues on on ``gpu_class``: its route there and its user's caps."""
+        queue = ask.queue
+        route = self.routes.get((ask.job.team, queue.name, gpu_class)) or self.route(ask, gpu_class)
+        if queue.max_running_jobs_per_user is None and queue.max_gpu_eq_per_user is None:
+            return route
+        users = self.users.get((queue.name, ask.job.user)) or self.user_route(ask)
+        return [*route, *users]
 
     def estimate(self, ask: Ask, when: float, gpu_class: str | None) -> EstimatedStart:
         if gpu_class is None or when == math.inf:

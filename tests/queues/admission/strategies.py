@@ -649,10 +649,10 @@ def _blocked_in_front(
 
 
 @st.composite
-def snapshots_with_probes(draw: st.DrawFn) -> Snapshot:
+def snapshots_with_probes(draw: st.DrawFn, most_nodes: int = 5, most_pending: int = 8) -> Snapshot:
     """A snapshot plus 1-6 probes: queues' default jobs and job shapes, with ids that repeat the
     real pending jobs' (100, 101, …) so that mixing the two up would show."""
-    snapshot = draw(snapshots())
+    snapshot = draw(snapshots(most_nodes, most_pending))
     probes = []
     for i in range(draw(ints(1, 6))):
         probe = None

@@ -10,10 +10,14 @@ import statistics
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from bench.bench_admission import build_snapshot
-from queues.admission import Forecast, Plan, Snapshot, plan
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.bench_admission import build_snapshot, with_probes
+from queues.admission import Forecast, Plan, Snapshot, plan, projection
 from queues.admission.plan import PROJECTED_NOTE
 from queues.admission.testing import NOW, node, pending, play, queue, running, snapshot, team
+from tests.queues.admission.strategies import PROPERTIES, snapshots, snapshots_with_probes
 
 H100, T4 = "h100-80gb", "t4-16gb"
 HOUR = timedelta(hours=1)
@@ -235,3 +239,89 @@ def test_a_horizon_below_one_start_counts_as_one() -> None:
     assert _estimates(plan(start, horizon=0, replay_budget=0)) == _estimates(
         plan(start, horizon=1, replay_budget=0)
     )
+
+
+def _apart(one: Plan, other: Plan) -> float:
+    """The largest gap, in seconds, between the two plans' estimates (jobs' and probes')."""
+    ones = [(s.job_id, s.estimated_start) for s in one.pending] + list(one.probe_estimates)
+    others = [(s.job_id, s.estimated_start) for s in other.pending] + list(other.probe_estimates)
+    assert [job for job, _ in ones] == [job for job, _ in others]
+    gap = 0.0
+    for (job, mine), (_, theirs) in zip(ones, others, strict=True):
+        assert (mine.gpu_class, mine.why_unknown, mine.projected) == (
+            theirs.gpu_class,
+            theirs.why_unknown,
+            theirs.projected,
+        ), job
+        for name in ("at", "likely", "range_low", "range_high"):
+            a, b = getattr(mine, name), getattr(theirs, name)
+            assert (a is None) == (b is None), (job, name)
+            if a is not None:
+                gap = max(gap, abs((a - b).total_seconds()))
+    return gap
+
+
+def _job_by_job(start: Snapshot, horizon: int) -> Plan:
+    """The plan with every scenario's tail projected job by job (the way the first scenario,
+    which chooses the classes, always does)."""
+    was = projection._VECTORIZED
+    projection._VECTORIZED = False
+    try:
+        return plan(start, horizon=horizon)
+    finally:
+        projection._VECTORIZED = was
+
+
+def test_the_tail_projected_at_once_is_the_tail_projected_job_by_job() -> None:
+    # 3,000 pending with a horizon of 200 starts: each simulation takes the first 1,000 of the
+    # 2,300 waiting; the rest (and most of the 60 probes) are the tail. The scenarios after the
+    # first keep the classes it chose and project the tail at once; job by job gives the same
+    # estimates (to float rounding), and the at-once path did run.
+    start = with_probes(build_snapshot(3000), 5)
+    ran: list[bool] = []
+    real = projection._KeptTail.of.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type, *args: object) -> object:
+        found = real(cls, *args)
+        ran.append(found is not None)
+        return found
+
+    projection._KeptTail.of = classmethod(spy)  # type: ignore[method-assign, assignment]
+    try:
+        at_once = plan(start, horizon=200)
+    finally:
+        projection._KeptTail.of = classmethod(real)  # type: ignore[method-assign, assignment]
+    assert ran == [False, True, True, True]
+    assert sum(s.estimated_start.projected for s in at_once.pending) > 1000
+    assert _apart(at_once, _job_by_job(start, 200)) < 0.001
+
+
+FORECASTS = (Forecast(0.5, 0.25, 1.0), Forecast(0.8, 0.4, 0.95), Forecast(0.3, 0.1, 0.7))
+
+
+@PROPERTIES
+@given(
+    start=st.one_of(snapshots(3, 24), snapshots_with_probes(3, 24)),
+    forecasts=st.lists(st.sampled_from(FORECASTS), min_size=24, max_size=24),
+    backoffs=st.lists(st.sampled_from((None, None, None, 1, 30)), min_size=24, max_size=24),
+)
+def test_beyond_the_horizon_at_once_and_job_by_job_agree(
+    start: Snapshot, forecasts: list[Forecast], backoffs: list[int | None]
+) -> None:
+    # random small clusters, quotas, reservations, up to 24 jobs with runtime forecasts (so
+    # that the scenarios differ), some held back after roll-backs (for 1 or 30 hours), and
+    # probes; a horizon of one start, so the simulations take the first five waiting and the
+    # rest is the tail (in about a third of the examples the later scenarios project a tail at
+    # once)
+    start = replace(
+        start,
+        pending=tuple(
+            replace(
+                job,
+                forecast=forecasts[i],
+                not_before=None if backoffs[i] is None else NOW + backoffs[i] * HOUR,
+            )
+            for i, job in enumerate(start.pending)
+        ),
+    )
+    assert _apart(plan(start, horizon=1), _job_by_job(start, 1)) < 0.001
