@@ -68,7 +68,7 @@ def simulate(
     horizon: int | None = None,
     tail: TailRun | None = None,
     chosen: dict[JobId, str] | None = None,
-) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], list[float] | None]:
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
     module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
     estimates are the same with or without probes. ``finish`` says when a job holding GPUs
@@ -79,7 +79,8 @@ def simulate(
     With ``horizon`` the simulation stops once that many jobs have started (at the end of that
     moment), and the jobs and probes it did not start, then ``tail``'s (the jobs and probes
     behind ``asks`` and ``probes`` in plan order that may start), are projected from there
-    (``projection.project``; ``chosen`` keeps the classes it places jobs on).
+    (``projection.project``; ``chosen`` keeps the classes it places jobs on); the third: the
+    tail's projected starts, seconds after ``state.now`` (``projection.combine_tail``).
     """
     simulation = _Simulation(state)
     simulation.horizon = horizon
@@ -97,7 +98,7 @@ def simulate(
     simulation.run()
     if horizon is not None:
         simulation.project(tail)
-    return simulation.results, simulation.probe_results
+    return simulation.results, simulation.probe_results, simulation.tail_times
 
 
 def never_why(
@@ -158,6 +159,7 @@ class _Simulation:
         self.schedule: list[Interval] = []
         self.away: dict[str, int] = {}
         self.first: datetime | None = None
+        self.tail_times: list[float] | None = None  # the tail's projected starts
 
     # --- setting up ------------------------------------------------------------------------------
 
@@ -348,7 +350,7 @@ class _Simulation:
         for when, kind, _, payload in self.events:
             if kind == NODE_BACK and isinstance(payload, int):
                 self.node_away(payload, when, still=True)
-        more, more_probes = project(
+        more, more_probes, self.tail_times = project(
             state,
             jobs,
             ghosts,

@@ -14,7 +14,7 @@ from queues.admission.asks import Ask
 from queues.admission.estimate import never_why, simulate
 from queues.admission.pass_state import Pass
 from queues.admission.plan import EstimatedStart
-from queues.admission.projection import FORECAST_HORIZON, Tail, TailRun
+from queues.admission.projection import FORECAST_HORIZON, Tail, TailRun, combine_tail
 from queues.admission.scheduler import consider, probe_fits_now
 from queues.admission.snapshot import (
     NO_HISTORY,
@@ -112,11 +112,14 @@ def forecast(
     behind, tail_never, tail_probe_never = _tail(
         state, tail, [p for p in probes if p.order > last], never, forecasts
     )
+    tails: dict[str, tuple[datetime, list[float]]] = {}  # the tail's starts, by scenario
     for name, pick in SCENARIOS:
         ratios = tuple(pick(f) for f in distinct)
         same = replayed.get(ratios)
         if same is not None:
             results[name] = results[same]
+            if same in tails:
+                tails[name] = tails[same]
             continue
         if replayed:
             mark.restore(state)
@@ -125,7 +128,7 @@ def forecast(
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
             return pick(forecasts.get(job_id, NO_HISTORY))
 
-        results[name] = _replay(
+        starts, probe_starts, projected = _replay(
             state,
             head,
             head_probes,
@@ -136,12 +139,20 @@ def forecast(
             never,
             (horizon, behind.run(pick) if behind is not None else None, chosen),
         )
+        results[name] = (starts, probe_starts)
+        if projected is not None:
+            tails[name] = projected
         results[name][0].update(tail_never)
         results[name][1].update(tail_probe_never)
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
+    estimates = {ask.job.id: _combine(ask.job.id, latest, results) for ask in head}
+    estimates.update(tail_never)
+    if behind is not None and behind.jobs:
+        scenarios = [tails[name] for name, _ in SCENARIOS]
+        estimates.update(combine_tail(behind, chosen, scenarios, snapshot.now))
     return (
-        {ask.job.id: _combine(ask.job.id, latest, results) for ask in asks},
+        estimates,
         {
             probe.job.id: _combine(probe.job.id, probe_latest, results, probes=True)
             for probe in probes
@@ -233,10 +244,13 @@ def _replay(
     kept: dict[JobId, tuple[str, Placement]],
     never: dict[tuple[JobId, bool], str],
     projected: tuple[int | None, TailRun | None, dict[JobId, str]],
-) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+) -> tuple[
+    dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], tuple[datetime, list[float]] | None
+]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits; with a
     horizon (``projected``: it, the tail in this scenario, and the classes projected jobs
-    were placed on), those it does not reach are projected."""
+    were placed on), those it does not reach are projected; the third: the tail's projected
+    starts, in seconds after the first (``projection.combine_tail``)."""
     now = state.now
     started = dict(started)  # and when the replay starts each job
     events: list[tuple[datetime, int, int, object]] = []
@@ -329,10 +343,13 @@ def _replay(
                 "never": never,
                 "chosen": chosen,
             }
-        more, more_probes = simulate(state, rest, ghosts, finish, runtime_of, **beyond)
+        origin = state.now
+        more, more_probes, times = simulate(state, rest, ghosts, finish, runtime_of, **beyond)
         starts.update(more)
         probe_starts.update(more_probes)
-    return starts, probe_starts
+        if times is not None:
+            return starts, probe_starts, (origin, times)
+    return starts, probe_starts, None
 
 
 def _tail(

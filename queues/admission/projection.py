@@ -293,10 +293,12 @@ def project(
     returning: Mapping[str, int] | None = None,
     chosen: dict[JobId, str] | None = None,
     floors: tuple[datetime, Mapping[JobId, datetime], Mapping[JobId, datetime]] | None = None,
-) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], list[float] | None]:
     """Projected starts of ``jobs`` (in plan order; each may start; ``runtimes``: how long each
-    runs, in seconds), then ``tail``'s, and of ``ghosts`` and the tail's probes (they queue no
-    work) from ``origin`` on, behind ``schedule`` (seconds after ``origin``; see the module
+    runs, in seconds), then ``tail``'s (the third: seconds after ``origin`` in the tail's
+    order, inf where none is found, before any back-off; ``combine_tail`` makes them
+    estimates), and of ``ghosts`` and the tail's probes (they queue no work) from ``origin``
+    on, behind ``schedule`` (seconds after ``origin``; see the module
     docstring). ``returning``: per class, the capacity of nodes that come back later (the
     schedule holds it until then). ``chosen``: the class each job was projected on, by an
     earlier scenario (kept) or now (added). ``floors``: no job starts before the first, nor a
@@ -330,33 +332,91 @@ def project(
             probe_results[probe.job.id] = estimate(probe, when, gpu_class)
             next_ghost += 1
 
-    def walk(jobs: Sequence[Ask], runtimes: Sequence[float]) -> None:
+    def walk(
+        jobs: Sequence[Ask], runtimes: Sequence[float], times: list[float] | None = None
+    ) -> None:
+        """Place each job in turn; its estimate into ``results``, or its start into ``times``
+        (seconds after the origin; inf: none found)."""
         ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
         for ask, seconds in zip(jobs, runtimes, strict=True):
             if ghost_order <= ask.order:
                 place_ghosts(ask.order)
                 ghost_order = ordered[next_ghost].order if next_ghost < len(ordered) else math.inf
             when, gpu_class, route = place(ask, least(floor_of, ask.job.id) if floor_of else floor)
-            result = results[ask.job.id] = estimate(ask, when, gpu_class)
-            if gpu_class is None or result.at is None:
+            if times is None:
+                results[ask.job.id] = estimate(ask, when, gpu_class)
+            if gpu_class is None or when == math.inf:
+                if times is not None:
+                    times.append(math.inf)
                 continue
+            if times is not None:
+                times.append(when)
             demand = ask.demand[gpu_class]
             for _, queued, per_job in route:
                 queued.work += seconds if per_job else demand * seconds
 
     walk(jobs, runtimes)
+    times: list[float] | None = None
     if tail is not None:
         kept = _KeptTail.of(projection, tail, floor) if _VECTORIZED else None
         if kept is None:
-            walk(tail.tail.jobs, tail.runtimes)
+            times = []
+            walk(tail.tail.jobs, tail.runtimes, times)
         else:
-            results.update(kept.results)
+            times = kept.times
             for at, probe in kept.probes_at(ordered[next_ghost:]):
                 kept.queued_at(at)
                 place_ghosts(probe.order)
             kept.queued_at(len(tail.tail.jobs))
     place_ghosts(math.inf)
-    return results, probe_results
+    return results, probe_results, times
+
+
+def combine_tail(
+    tail: Tail,
+    chosen: Mapping[JobId, str],
+    scenarios: Sequence[tuple[datetime, list[float]]],
+    now: datetime,
+) -> dict[JobId, EstimatedStart]:
+    """The tail's estimates from its four scenarios' projected starts (``project``'s third,
+    with its origin; in ``forecast.SCENARIOS``' order: at the latest, likely, low, high),
+    combined as ``forecast._combine`` combines a job's (``at`` the latest of them, the
+    interval holding ``likely``), at once: a job's back-off holds each back."""
+    held = np.full(len(tail.jobs), -math.inf)
+    for index, ask in enumerate(tail.jobs):
+        if ask.held_until is not None:
+            held[index] = (ask.held_until - now).total_seconds()
+    latest, likely, low, high = (
+        np.maximum(np.asarray(times, dtype=float) + (origin - now).total_seconds(), held)
+        for origin, times in scenarios
+    )
+    likely = np.where(np.isfinite(likely), likely, latest)
+    low = np.minimum(np.where(np.isfinite(low), low, latest), likely)
+    high = np.maximum(np.where(np.isfinite(high), high, latest), likely)
+    at = np.maximum(latest, high)
+    found: dict[JobId, EstimatedStart] = {}
+    for ask, bound, most, least, upper, middle in zip(
+        tail.jobs,
+        latest.tolist(),
+        at.tolist(),
+        low.tolist(),
+        high.tolist(),
+        likely.tolist(),
+        strict=True,
+    ):
+        if bound == math.inf:
+            found[ask.job.id] = _NOT_FOUND
+            continue
+        found[ask.job.id] = EstimatedStart(
+            now + timedelta(seconds=most),
+            "",
+            now + timedelta(seconds=least),
+            now + timedelta(seconds=upper),
+            chosen[ask.job.id],
+            now + timedelta(seconds=middle),
+            True,
+        )
+    return found
 
 
 # Whether a scenario whose jobs keep the classes an earlier one chose projects its tail at
@@ -376,7 +436,7 @@ class _KeptTail:
     def __init__(self, projection: _Projection, run: TailRun) -> None:
         self.projection = projection
         self.run = run
-        self.results: dict[JobId, EstimatedStart] = {}
+        self.times: list[float] = []  # each job's start, seconds after the origin
         self.queued: list[_Queued] = []  # the work keys of the rows
         self.start: list[float] = []  # per key: its work before the tail
         self.rows: list[tuple[np.ndarray, np.ndarray]] = []  # per key: its jobs, their sums
@@ -461,14 +521,7 @@ class _KeptTail:
             kept.rows.append((job_r[span], sums[span] - (sums[first] - work_r[first])))
         while len(kept.rows) < len(kept.queued):
             kept.rows.append((np.empty(0, dtype=np.intp), np.empty(0)))
-        origin = projection.origin
-        for ask, (_, gpu_class), seconds_at in zip(
-            jobs, (members[g] for g in group_of.tolist()), start.tolist(), strict=True
-        ):
-            at = origin + timedelta(seconds=seconds_at)
-            if ask.held_until is not None and ask.held_until > at:
-                at = ask.held_until
-            kept.results[ask.job.id] = EstimatedStart(at, "", None, None, gpu_class, projected=True)
+        kept.times = start.tolist()
         return kept
 
     def probes_at(self, probes: Sequence[Ask]) -> list[tuple[int, Ask]]:

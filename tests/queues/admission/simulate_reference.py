@@ -33,9 +33,9 @@ def simulate(
     probes: Sequence[Ask] = (),
     finish: Callable[[Alloc], datetime] | None = None,
     runtime_of: Callable[[Ask], timedelta] | None = None,
-) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
+) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], None]:
     """Each ask's estimated start, and each probe's (``probes`` sorted by order, then id; see the
-    module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
+    module docstring); no horizon, so no tail projected (the third, as ``estimate.simulate``'s). Consumes ``state`` (it runs the clock forward on it). The real jobs'
     estimates are the same with or without probes. ``finish`` says when a job holding GPUs
     ends and ``runtime_of`` how long a job started in the simulation runs (default: their
     runtime limits)."""
@@ -48,7 +48,7 @@ def simulate(
     simulation.enqueue_ghosts(probes)
     simulation.seed_events()
     simulation.run()
-    return simulation.results, simulation.probe_results
+    return simulation.results, simulation.probe_results, None
 
 
 Entry = tuple[int, int]  # (plan order, index) in a class's heap
