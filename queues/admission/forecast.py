@@ -98,7 +98,7 @@ def forecast(
     distinct = {NO_HISTORY, *forecasts.values()}
     replayed: dict[tuple[float, ...], str] = {}
     never: dict[tuple[JobId, bool], str] = {}  # why a job can never start: every replay's
-    chosen: dict[JobId, str] = {}  # the class the first replay's projection placed a job on
+    chosen: dict[JobId, str] = {}  # the class the first replay started each job on
     # The head of the queue is replayed exactly, the tail projected behind it (``project``).
     if horizon is not None and len(asks) <= max(1, horizon):
         horizon = None  # every start is simulated
@@ -140,6 +140,11 @@ def forecast(
             (horizon, behind.run(pick) if behind is not None else None, chosen),
         )
         results[name] = (starts, probe_starts)
+        if len(replayed) == 1 and horizon is not None:
+            # the later scenarios keep where the first started each job, simulated or projected
+            for job_id, start in starts.items():
+                if start.gpu_class is not None and start.at is not None:
+                    chosen.setdefault(job_id, start.gpu_class)
         if projected is not None:
             tails[name] = projected
         results[name][0].update(tail_never)

@@ -172,6 +172,36 @@ class _Queued:
 Route = list[tuple[_Line, _Queued, bool]]
 
 
+# One job of each group of jobs that queue on the same lines, with its class; each job's group;
+# each job's GPU-eq on its class (``_groups``).
+_Groups = tuple[list[tuple[Ask, str]], np.ndarray, np.ndarray]
+
+
+def _groups(jobs: Sequence[Ask], chosen: Mapping[JobId, str]) -> _Groups | None:
+    """With every job's class ``chosen``: one job of each group that queues on the same lines
+    (team, queue, class, user where the queue caps users) and its class, each job's group, and
+    each job's GPU-eq on its class; None while a job has no class chosen."""
+    members: list[tuple[Ask, str]] = []
+    index: dict[tuple[str, str, str, str | None], int] = {}
+    group_of, demand = [], []
+    for ask in jobs:
+        gpu_class = chosen.get(ask.job.id)
+        if gpu_class is None:
+            return None
+        queue = ask.queue
+        capped = (
+            queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
+        )
+        key = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
+        group = index.get(key)
+        if group is None:
+            group = index[key] = len(members)
+            members.append((ask, gpu_class))
+        group_of.append(group)
+        demand.append(ask.demand[gpu_class])
+    return members, np.asarray(group_of, dtype=np.intp), np.asarray(demand, dtype=float)
+
+
 @dataclass(slots=True)
 class Tail:
     """The jobs and probes a forecast projects behind every scenario's simulation (those past
@@ -190,7 +220,7 @@ class Tail:
         default_factory=list
     )
     # once every job's class is chosen (``kept_groups``)
-    kept: tuple[list[tuple[Ask, str]], np.ndarray, np.ndarray] | None = None
+    kept: _Groups | None = None
 
     @classmethod
     def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Hashable]) -> Tail:
@@ -220,37 +250,10 @@ class Tail:
             tail.groups.append((keys, kind, work, longer, wider))
         return tail
 
-    def kept_groups(
-        self, chosen: Mapping[JobId, str]
-    ) -> tuple[list[tuple[Ask, str]], np.ndarray, np.ndarray] | None:
-        """With every job's class ``chosen``: one job of each group that queues on the same
-        lines (team, queue, class, user where the queue caps users) and its class, each job's
-        group, and each job's GPU-eq on its class; None while a job has no class chosen."""
+    def kept_groups(self, chosen: Mapping[JobId, str]) -> _Groups | None:
+        """``_groups`` of the tail's jobs, worked out once every job's class is chosen."""
         if self.kept is None:
-            members: list[tuple[Ask, str]] = []
-            index: dict[tuple[str, str, str, str | None], int] = {}
-            group_of, demand = [], []
-            for ask in self.jobs:
-                gpu_class = chosen.get(ask.job.id)
-                if gpu_class is None:
-                    return None
-                queue = ask.queue
-                capped = (
-                    queue.max_running_jobs_per_user is not None
-                    or queue.max_gpu_eq_per_user is not None
-                )
-                key = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
-                group = index.get(key)
-                if group is None:
-                    group = index[key] = len(members)
-                    members.append((ask, gpu_class))
-                group_of.append(group)
-                demand.append(ask.demand[gpu_class])
-            self.kept = (
-                members,
-                np.asarray(group_of, dtype=np.intp),
-                np.asarray(demand, dtype=float),
-            )
+            self.kept = _groups(self.jobs, chosen)
         return self.kept
 
     def run(self, ratio: Callable[[Any], float]) -> TailRun:
@@ -355,19 +358,25 @@ def project(
             for _, queued, per_job in route:
                 queued.work += seconds if per_job else demand * seconds
 
-    walk(jobs, runtimes)
     times: list[float] | None = None
-    if tail is not None:
-        kept = _KeptTail.of(projection, tail, floor) if _VECTORIZED else None
-        if kept is None:
+    kept = None
+    if _VECTORIZED:
+        leasts = [least(floor_of, ask.job.id) for ask in jobs] if floor_of else [floor] * len(jobs)
+        kept = _Kept.of(projection, jobs, runtimes, leasts, tail, floor)
+    if kept is None:
+        walk(jobs, runtimes)
+        if tail is not None:
             times = []
             walk(tail.tail.jobs, tail.runtimes, times)
-        else:
-            times = kept.times
-            for at, probe in kept.probes_at(ordered[next_ghost:]):
-                kept.queued_at(at)
-                place_ghosts(probe.order)
-            kept.queued_at(len(tail.tail.jobs))
+    else:
+        for ask, when in zip(jobs, kept.times, strict=False):
+            results[ask.job.id] = estimate(ask, when, projection.chosen[ask.job.id])
+        if tail is not None:
+            times = kept.times[len(jobs) :]
+        for at, probe in kept.probes_at(ordered[next_ghost:]):
+            kept.queued_at(at)
+            place_ghosts(probe.order)
+        kept.queued_at(len(kept.jobs))
     place_ghosts(math.inf)
     return results, probe_results, times
 
@@ -420,41 +429,60 @@ def combine_tail(
 
 
 # Whether a scenario whose jobs keep the classes an earlier one chose projects its tail at
-# once (``_KeptTail``: numpy) rather than job by job; the two give the same estimates (the
+# once (``_Kept``: numpy) rather than job by job; the two give the same estimates (the
 # tests compare them).
 _VECTORIZED = True
 
 
-class _KeptTail:
-    """A tail projected at once, when every job keeps the class an earlier scenario chose: a
+class _Kept:
+    """Jobs projected at once, when every one keeps the class an earlier scenario chose: a
     job's start is then the latest over the lines of its route of when each has done the work
     queued there ahead of it, and that work does not depend on when those jobs start. So per
     line the work ahead of each job is a running sum (numpy), and when it is done is read off
     the line's profile (``_Line.profile``) by a search: the same numbers as placing each job in
     turn (``project``'s walk), without a Python step per job and line."""
 
-    def __init__(self, projection: _Projection, run: TailRun) -> None:
+    def __init__(self, projection: _Projection, jobs: list[Ask]) -> None:
         self.projection = projection
-        self.run = run
+        self.jobs = jobs  # in plan order: those a simulation did not start, then the tail's
         self.times: list[float] = []  # each job's start, seconds after the origin
         self.queued: list[_Queued] = []  # the work keys of the rows
-        self.start: list[float] = []  # per key: its work before the tail
+        self.start: list[float] = []  # per key: its work before the first job
         self.rows: list[tuple[np.ndarray, np.ndarray]] = []  # per key: its jobs, their sums
 
     @classmethod
-    def of(cls, projection: _Projection, run: TailRun, floor: float) -> _KeptTail | None:
-        """The tail's projection at once, or None when a job has no class kept yet (the first
+    def of(
+        cls,
+        projection: _Projection,
+        head: Sequence[Ask],
+        head_runtimes: Sequence[float],
+        head_floors: Sequence[float],
+        run: TailRun | None,
+        floor: float,
+    ) -> _Kept | None:
+        """The projection of ``head`` (no job sooner than its floor) and then ``run``'s tail (no
+        job sooner than ``floor``) at once, or None when a job has no class kept yet (the first
         scenario chooses them) or one never starts (what it would have queued is not queued)."""
-        tail = run.tail
-        jobs = tail.jobs
-        if not jobs:
-            kept = cls(projection, run)
-            return kept
-        groups = tail.kept_groups(projection.chosen)
-        if groups is None:
+        grouped = _groups(head, projection.chosen)
+        if grouped is None:
             return None
-        members, group_of, demand = groups
-        kept = cls(projection, run)
+        members, group_of, demand = grouped
+        jobs = list(head)
+        seconds = np.asarray(head_runtimes, dtype=float)
+        floors = np.asarray(head_floors, dtype=float)
+        if run is not None and run.tail.jobs:
+            tail_groups = run.tail.kept_groups(projection.chosen)
+            if tail_groups is None:
+                return None
+            group_of = np.concatenate((group_of, tail_groups[1] + len(members)))
+            members = [*members, *tail_groups[0]]
+            demand = np.concatenate((demand, tail_groups[2]))
+            jobs += run.tail.jobs
+            seconds = np.concatenate((seconds, np.asarray(run.runtimes, dtype=float)))
+            floors = np.concatenate((floors, np.full(len(run.tail.jobs), floor)))
+        kept = cls(projection, jobs)
+        if not jobs:
+            return kept
         lines: list[_Line] = []
         line_index: dict[int, int] = {}
         key_index: dict[int, int] = {}
@@ -480,7 +508,6 @@ class _KeptTail:
                 line_of[member, slot] = li
                 key_of[member, slot] = ki
                 per_job_of[member, slot] = per_job
-        seconds = np.asarray(run.runtimes, dtype=float)
         row_job, row_line, row_key, row_work = [], [], [], []
         for slot in range(width):
             on = np.flatnonzero(line_of[group_of, slot] >= 0)
@@ -508,7 +535,7 @@ class _KeptTail:
         for begin, stop in zip(bounds, [*bounds[1:], len(by_line)], strict=True):
             rows = by_line[begin:stop]
             when[rows] = lines[int(line_r[rows[0]])].profile().when(ahead[rows])
-        start = np.full(len(jobs), floor)
+        start = floors
         np.maximum.at(start, job_r, when)
         if not np.isfinite(start).all():
             return None
@@ -525,8 +552,8 @@ class _KeptTail:
         return kept
 
     def probes_at(self, probes: Sequence[Ask]) -> list[tuple[int, Ask]]:
-        """``probes`` (in order) within the tail, each with how many of its jobs are ahead."""
-        orders = [ask.order for ask in self.run.tail.jobs]
+        """``probes`` (in order) among the jobs, each with how many of them are ahead."""
+        orders = [ask.order for ask in self.jobs]
         found = []
         for probe in probes:
             at = bisect.bisect_left(orders, probe.order)
@@ -536,7 +563,7 @@ class _KeptTail:
         return found
 
     def queued_at(self, jobs_ahead: int) -> None:
-        """Set each key's queued work to what the tail's first ``jobs_ahead`` jobs queued there
+        """Set each key's queued work to what the first ``jobs_ahead`` jobs queued there
         (ahead of a probe at that place; the walks of the lines only move forward)."""
         for queued, start, (jobs, sums) in zip(self.queued, self.start, self.rows, strict=True):
             count = int(np.searchsorted(jobs, jobs_ahead))

@@ -279,18 +279,18 @@ def test_the_tail_projected_at_once_is_the_tail_projected_job_by_job() -> None:
     # estimates (to float rounding), and the at-once path did run.
     start = with_probes(build_snapshot(3000), 5)
     ran: list[bool] = []
-    real = projection._KeptTail.of.__func__  # type: ignore[attr-defined]
+    real = projection._Kept.of.__func__  # type: ignore[attr-defined]
 
     def spy(cls: type, *args: object) -> object:
         found = real(cls, *args)
         ran.append(found is not None)
         return found
 
-    projection._KeptTail.of = classmethod(spy)  # type: ignore[method-assign, assignment]
+    projection._Kept.of = classmethod(spy)  # type: ignore[method-assign, assignment]
     try:
         at_once = plan(start, horizon=200)
     finally:
-        projection._KeptTail.of = classmethod(real)  # type: ignore[method-assign, assignment]
+        projection._Kept.of = classmethod(real)  # type: ignore[method-assign, assignment]
     assert ran == [False, True, True, True]
     assert sum(s.estimated_start.projected for s in at_once.pending) > 1000
     assert _apart(at_once, _job_by_job(start, 200)) < 0.001
