@@ -98,7 +98,8 @@ def forecast(
     distinct = {NO_HISTORY, *forecasts.values()}
     replayed: dict[tuple[float, ...], str] = {}
     never: dict[tuple[JobId, bool], str] = {}  # why a job can never start: every replay's
-    chosen: dict[JobId, str] = {}  # the class the first replay started each job on
+    # the class the first replay started each job on, simulated or projected; the others keep it
+    chosen: dict[JobId, str] = {}
     # The head of the queue is replayed exactly, the tail projected behind it (``project``).
     if horizon is not None and len(asks) <= max(1, horizon):
         horizon = None  # every start is simulated
@@ -254,8 +255,8 @@ def _replay(
 ]:
     """One forecast replay (see ``forecast``); jobs run ``ratio`` of their limits; with a
     horizon (``projected``: it, the tail in this scenario, and the classes projected jobs
-    were placed on), those it does not reach are projected; the third: the tail's projected
-    starts, in seconds after the first (``projection.combine_tail``)."""
+    were placed on), those it does not reach are projected; the third: where the projection
+    began and the tail's projected starts, in seconds after it (``projection.combine_tail``)."""
     now = state.now
     started = dict(started)  # and when the replay starts each job
     events: list[tuple[datetime, int, int, object]] = []

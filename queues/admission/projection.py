@@ -10,7 +10,9 @@ stopped, each is placed by its work, in plan order: on each GPU class it may use
 the capacity freed since then has done the work of the jobs queued ahead of it on that class
 (GPU-equivalents × runtime), less what is still in flight — and no sooner than its team's
 entitlement on the class and its user's caps in the queue let it, counted the same way over the
-team's (user's) own jobs and what it holds. It goes to the class where that comes first.
+team's (user's) own jobs and what it holds. It goes to the class where that comes first; the
+forecast's other scenarios keep the class the first one started it on (``project``'s
+``chosen``), and so project all their jobs at once (``_Kept``).
 
 The model is a *fluid* one: a job's GPUs can be any of the class's (no node packing, gangs or
 topology), and while the queue is long what runs keeps the class full: P jobs in flight, evenly
@@ -24,16 +26,15 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 import numpy as np
 
 from queues.admission.asks import Ask
 from queues.admission.plan import EstimatedStart
-from queues.admission.snapshot import CapacityKind, JobId
+from queues.admission.snapshot import CapacityKind, Forecast, JobId
 from queues.admission.state import State
 
 # Starts each of the forecast's simulations makes before the jobs it has not started are
@@ -148,14 +149,31 @@ class _Profile:
     free: np.ndarray
 
     def when(self, work: np.ndarray) -> np.ndarray:
-        """``_Line.when`` of each amount of ``work``."""
-        segment = np.searchsorted(self.most, work, side="left")
-        never = segment >= len(self.most)
-        segment[never] = 0
-        free = self.free[segment]
-        free[never] = 1.0
-        at = self.begins[segment] + np.maximum(0.0, work - self.ready[segment]) / free
-        at[never] = math.inf
+        """``_Line.when`` of each amount of ``work``: the search finds the segment to within
+        float rounding, and from there the walk's own test (``work`` ready when the segment
+        begins, or done by its end) picks it, so both give the same number."""
+        count = len(self.most)
+        # from a little below: a segment whose most is ``work`` but for rounding is tried too
+        slack = np.abs(work) * 1e-9 + 1e-6
+        segment = np.searchsorted(self.most, work - slack, side="left")
+        at = np.full(len(work), math.inf)
+        todo = np.arange(len(work))
+        while len(todo):
+            todo = todo[segment[todo] < count]
+            if not len(todo):
+                break
+            here = segment[todo]
+            amount = work[todo]
+            ready, free = self.ready[here], self.free[here]
+            begins = self.begins[here]
+            ends = np.r_[self.begins[1:], math.inf][here]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                needed = begins + (amount - ready) / free
+            now = amount <= ready
+            done = now | ((free > 0) & (needed <= ends))
+            at[todo[done]] = np.where(now, begins, needed)[done]
+            todo = todo[~done]
+            segment[todo] += 1
         return at
 
 
@@ -213,20 +231,20 @@ class Tail:
     jobs: list[Ask]
     probes: list[Ask]
     limits: list[float] = field(default_factory=list)  # seconds
-    kinds: list[Hashable] = field(default_factory=list)
+    kinds: list[Forecast] = field(default_factory=list)
     # per group: the shape keys its jobs queue on, its forecast, and over its jobs the sums of
     # GPU-eq × limit, × limit², and GPU-eq² × limit
-    groups: list[tuple[list[tuple[str, ...]], Hashable, float, float, float]] = field(
+    groups: list[tuple[list[tuple[str, ...]], Forecast, float, float, float]] = field(
         default_factory=list
     )
     # once every job's class is chosen (``kept_groups``)
     kept: _Groups | None = None
 
     @classmethod
-    def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Hashable]) -> Tail:
+    def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Forecast]) -> Tail:
         tail = cls(jobs, probes)
         # by team, classes, user (in a queue that caps users), queue, forecast
-        sums: dict[tuple[str, tuple[str, ...], str | None, str, Hashable], list[float]] = {}
+        sums: dict[tuple[str, tuple[str, ...], str | None, str, Forecast], list[float]] = {}
         for ask in jobs:
             limit = ask.runtime.total_seconds()
             kind = kind_of(ask)
@@ -256,7 +274,7 @@ class Tail:
             self.kept = _groups(self.jobs, chosen)
         return self.kept
 
-    def run(self, ratio: Callable[[Any], float]) -> TailRun:
+    def run(self, ratio: Callable[[Forecast], float]) -> TailRun:
         """The tail in a scenario where jobs run ``ratio`` of their limits (by forecast): each
         job's runtime in seconds, and the jobs' ``_shapes``."""
         ratios = {kind: ratio(kind) for kind in set(self.kinds)}
@@ -448,28 +466,30 @@ class _Kept:
         self.times: list[float] = []  # each job's start, seconds after the origin
         self.queued: list[_Queued] = []  # the work keys of the rows
         self.start: list[float] = []  # per key: its work before the first job
-        self.rows: list[tuple[np.ndarray, np.ndarray]] = []  # per key: its jobs, their sums
+        # per key: its jobs (indexes into ``jobs``), and its work before each and after the last
+        self.rows: list[tuple[np.ndarray, np.ndarray]] = []
 
     @classmethod
     def of(
         cls,
         projection: _Projection,
-        head: Sequence[Ask],
-        head_runtimes: Sequence[float],
-        head_floors: Sequence[float],
+        unstarted: Sequence[Ask],
+        unstarted_runtimes: Sequence[float],
+        unstarted_floors: Sequence[float],
         run: TailRun | None,
         floor: float,
     ) -> _Kept | None:
-        """The projection of ``head`` (no job sooner than its floor) and then ``run``'s tail (no
-        job sooner than ``floor``) at once, or None when a job has no class kept yet (the first
-        scenario chooses them) or one never starts (what it would have queued is not queued)."""
-        grouped = _groups(head, projection.chosen)
+        """The projection of ``unstarted`` (the jobs a simulation took and did not start; none
+        sooner than its floor) and then ``run``'s tail (none sooner than ``floor``) at once, or
+        None when a job has no class kept yet (the first scenario chooses them) or one never
+        starts (what it would have queued is not queued)."""
+        grouped = _groups(unstarted, projection.chosen)
         if grouped is None:
             return None
         members, group_of, demand = grouped
-        jobs = list(head)
-        seconds = np.asarray(head_runtimes, dtype=float)
-        floors = np.asarray(head_floors, dtype=float)
+        jobs = list(unstarted)
+        seconds = np.asarray(unstarted_runtimes, dtype=float)
+        floors = np.asarray(unstarted_floors, dtype=float)
         if run is not None and run.tail.jobs:
             tail_groups = run.tail.kept_groups(projection.chosen)
             if tail_groups is None:
@@ -520,35 +540,33 @@ class _Kept:
         line_r = np.concatenate(row_line)
         key_r = np.concatenate(row_key)
         work_r = np.concatenate(row_work)
-        # the work queued on each row's key ahead of its job: a running sum per key
+        # the work queued on each row's key ahead of its job: a running sum per key, added up
+        # in the walk's order (from the key's work before the first job), so the same number
         order = np.lexsort((job_r, key_r))
         job_r, line_r, key_r, work_r = job_r[order], line_r[order], key_r[order], work_r[order]
-        sums = np.cumsum(work_r)
-        firsts = np.flatnonzero(np.r_[True, key_r[1:] != key_r[:-1]])
-        counts = np.diff(np.r_[firsts, len(key_r)])
-        before = np.repeat((sums - work_r)[firsts], counts)  # the sums of earlier keys
-        ahead = np.asarray(kept.start, dtype=float)[key_r] + (sums - work_r - before)
+        firsts = np.flatnonzero(np.r_[True, key_r[1:] != key_r[:-1]]).tolist()
+        ahead = np.empty(len(work_r))
+        rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for first, stop in zip(firsts, [*firsts[1:], len(key_r)], strict=True):
+            ki = int(key_r[first])
+            # the key's work before each of its jobs, and after the last
+            sums = np.cumsum(np.r_[kept.start[ki], work_r[first:stop]])
+            ahead[first:stop] = sums[:-1]
+            rows[ki] = (job_r[first:stop], sums)
         # when each line has done it
         when = np.empty(len(ahead))
         by_line = np.argsort(line_r, kind="stable")
         bounds = np.flatnonzero(np.r_[True, line_r[by_line][1:] != line_r[by_line][:-1]])
         for begin, stop in zip(bounds, [*bounds[1:], len(by_line)], strict=True):
-            rows = by_line[begin:stop]
-            when[rows] = lines[int(line_r[rows[0]])].profile().when(ahead[rows])
-        start = floors
-        np.maximum.at(start, job_r, when)
-        if not np.isfinite(start).all():
+            span = by_line[begin:stop]
+            when[span] = lines[int(line_r[span[0]])].profile().when(ahead[span])
+        starts = floors
+        np.maximum.at(starts, job_r, when)
+        if not np.isfinite(starts).all():
             return None
-        # per key, its rows' jobs and running sums, for the probes among the tail's jobs
-        for first, count in zip(firsts.tolist(), counts.tolist(), strict=True):
-            ki = int(key_r[first])
-            while len(kept.rows) < ki:
-                kept.rows.append((np.empty(0, dtype=np.intp), np.empty(0)))
-            span = slice(first, first + count)
-            kept.rows.append((job_r[span], sums[span] - (sums[first] - work_r[first])))
-        while len(kept.rows) < len(kept.queued):
-            kept.rows.append((np.empty(0, dtype=np.intp), np.empty(0)))
-        kept.times = start.tolist()
+        none = (np.empty(0, dtype=np.intp), np.asarray([0.0]))
+        kept.rows = [rows.get(ki, none) for ki in range(len(kept.queued))]
+        kept.times = starts.tolist()
         return kept
 
     def probes_at(self, probes: Sequence[Ask]) -> list[tuple[int, Ask]]:
@@ -567,7 +585,7 @@ class _Kept:
         (ahead of a probe at that place; the walks of the lines only move forward)."""
         for queued, start, (jobs, sums) in zip(self.queued, self.start, self.rows, strict=True):
             count = int(np.searchsorted(jobs, jobs_ahead))
-            queued.work = start + (float(sums[count - 1]) if count else 0.0)
+            queued.work = float(sums[count]) if len(jobs) else start
 
 
 def _shapes(
@@ -577,7 +595,8 @@ def _shapes(
 ) -> dict[tuple[str, ...], _Shape]:
     """Per class (``("c", class)``), team (``("t", team)``) and user in a queue that caps users
     (``("u", queue, user)``): the work-weighted runtime and GPU-equivalents of the jobs that
-    queue there (added to ``into``'s, a ``Tail.shapes``)."""
+    queue there (added to ``into``'s, a ``TailRun.shapes``, which it changes: a ``TailRun``
+    is projected once)."""
     shapes: dict[tuple[str, ...], _Shape] = {} if into is None else into
     for ask, seconds in zip(jobs, runtimes, strict=True):
         demand = ask.min_demand
@@ -688,9 +707,9 @@ class _Projection:
         self, ask: Ask, least: float = 0.0, keep: bool = True
     ) -> tuple[float, str | None, Route]:
         """Where ``ask`` starts first, no sooner than ``least``: seconds after the origin, the
-        class and the lines it queues on there. The class a job (``keep``) was placed on in an
-        earlier scenario's projection is kept: scenarios differ in how long jobs run, not
-        where."""
+        class and the lines it queues on there. A job (``keep``) keeps the class an earlier
+        scenario started it on (``chosen``: simulated or projected): scenarios differ in how
+        long jobs run, not where; unless that class gives it no start at all here."""
         queue = ask.queue
         team = ask.job.team
         users: Route = []
@@ -704,21 +723,32 @@ class _Projection:
         best, chosen, chosen_route = math.inf, None, users
         routes = self.routes
         kept = self.chosen.get(ask.job.id) if keep else None
-        for gpu_class in ask.classes if kept is None else (kept,):
-            route = routes.get((team, queue.name, gpu_class)) or self.route(ask, gpu_class)
-            when = earliest
-            for line, queued, _ in route:
-                work = queued.work
-                if work <= line.ready:
-                    at = line.at
-                elif line.free and (at := line.at + (work - line.ready) / line.free) <= line.end:
-                    pass  # within the walk's segment
-                else:
-                    at = line.when(work)
-                if at > when:
-                    when = at
-            if when < best:
-                best, chosen, chosen_route = when, gpu_class, route
+        candidates = ask.classes if kept is None else (kept,)
+        while True:
+            for gpu_class in candidates:
+                route = routes.get((team, queue.name, gpu_class)) or self.route(ask, gpu_class)
+                when = earliest
+                for line, queued, _ in route:
+                    work = queued.work
+                    if work <= line.ready:
+                        at = line.at
+                    elif line.free and (at := line.at + (work - line.ready) / line.free) <= (
+                        line.end
+                    ):
+                        pass  # within the walk's segment
+                    else:
+                        at = line.when(work)
+                    if at > when:
+                        when = at
+                if when < best:
+                    best, chosen, chosen_route = when, gpu_class, route
+            if chosen is not None or candidates == ask.classes:
+                break
+            # The class kept has no start here: the first scenario started the job on capacity
+            # a projection does not count (a reservation its queue is not limited to, say). It
+            # chooses again in this scenario only (``chosen`` is not changed, so the scenarios
+            # after it keep the first one's class as well).
+            candidates = ask.classes
         if keep and kept is None and chosen is not None:
             self.chosen[ask.job.id] = chosen
         if users and chosen is not None:

@@ -6,6 +6,7 @@ job, and the plan's decisions are the same."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -15,8 +16,21 @@ from hypothesis import strategies as st
 
 from bench.bench_admission import build_snapshot, with_probes
 from queues.admission import Forecast, Plan, Snapshot, plan, projection
-from queues.admission.plan import PROJECTED_NOTE
-from queues.admission.testing import NOW, node, pending, play, queue, running, snapshot, team
+from queues.admission.asks import Ask, build_asks
+from queues.admission.forecast import _combine
+from queues.admission.plan import PROJECTED_NOTE, EstimatedStart
+from queues.admission.state import State
+from queues.admission.testing import (
+    NOW,
+    node,
+    pending,
+    play,
+    queue,
+    reservation,
+    running,
+    snapshot,
+    team,
+)
 from tests.queues.admission.strategies import PROPERTIES, snapshots, snapshots_with_probes
 
 H100, T4 = "h100-80gb", "t4-16gb"
@@ -325,3 +339,125 @@ def test_beyond_the_horizon_at_once_and_job_by_job_agree(
         ),
     )
     assert _apart(plan(start, horizon=1), _job_by_job(start, 1)) < 0.001
+
+
+def test_a_job_the_first_scenario_started_on_a_reservation_is_projected_on_what_it_may_use() -> (
+    None
+):
+    # nlp holds 8 T4 (one job at a time) and a reservation of 8 H100 opening in three hours;
+    # job 11 (T4 or H100) starts on the reservation when it opens in the first scenario's
+    # simulation. In the shorter scenarios it is projected, and the projection counts no
+    # reservation outside a reservation-only queue: on H100 it would never start, so it
+    # chooses again there (T4), and the T4 jobs behind it wait for it as when every job is
+    # simulated, the interval included.
+    forecast = Forecast(0.5, 0.1, 1.0)
+    t4_only = queue("t4only", default_runtime=HOUR, gpu_classes=(T4,))
+    start = snapshot(
+        nodes=[node("h0"), node("t0", gpu_class=T4)],
+        queues=(*QUEUES, t4_only),
+        teams=[team("nlp", {T4: 8})],
+        reservations=[reservation(1, "nlp", 8, H100, start=NOW + 3 * HOUR)],
+        running=[running(1, "nlp", "t0", gpus=8, gpu_class=T4, queue="t4only", runtime=10 * HOUR)],
+        pending=[
+            pending(10, "nlp", "t4only", gpus=8, waited=timedelta(minutes=20), runtime_limit=HOUR),
+            pending(11, "nlp", "cheap", gpus=8, waited=timedelta(minutes=19), runtime_limit=HOUR),
+            *(
+                pending(
+                    12 + i,
+                    "nlp",
+                    "t4only",
+                    gpus=8,
+                    waited=timedelta(minutes=9 - i),
+                    runtime_limit=HOUR,
+                )
+                for i in range(6)
+            ),
+        ],
+    )
+    start = replace(
+        start,
+        running=tuple(replace(j, forecast=forecast) for j in start.running),
+        pending=tuple(replace(j, forecast=forecast) for j in start.pending),
+    )
+    simulated = _estimates(plan(start, horizon=None, replay_budget=0))
+    projected = _estimates(plan(start, horizon=1, replay_budget=0))
+    assert projected == simulated
+    assert projected[11] == (3.0, 3.0, 1.0, 3.0)
+    assert [projected[12 + i][2] for i in range(6)] == [1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
+
+
+@PROPERTIES
+@given(
+    latest=st.lists(st.floats(0, 1e6) | st.just(math.inf), min_size=1, max_size=8),
+    shares=st.lists(st.tuples(st.floats(0.1, 1), st.floats(0.01, 1), st.floats(0.1, 1))),
+    gaps=st.lists(st.sampled_from((None, 0.0, 3600.0)), min_size=4, max_size=4),
+    held=st.lists(st.sampled_from((None, 1.0, 50_000.0)), min_size=8, max_size=8),
+)
+def test_the_tails_estimates_combined_at_once_are_the_scenarios_combined_one_by_one(
+    latest: list[float],
+    shares: list[tuple[float, float, float]],
+    gaps: list[float | None],
+    held: list[float | None],
+) -> None:
+    # each scenario's projected starts of a tail (inf: none found), from origins that may lie
+    # after now (an exact replay went ahead first), some jobs backed off until some hour:
+    # combined at once, or each made an estimate (as a projection makes them) and combined as a
+    # waiting job's four are (``forecast._combine``) -- the same estimates
+    jobs = [
+        replace(
+            ask,
+            job=replace(ask.job, id=index),
+            held_until=None if held[index] is None else NOW + timedelta(seconds=held[index]),
+        )
+        for index, ask in enumerate([_ask()] * len(latest))
+    ]
+    tail = projection.Tail.of(jobs, [], lambda ask: None)
+    scenarios = []
+    for scenario in range(4):
+        origin = NOW + timedelta(seconds=gaps[scenario] or 0.0)
+        times = [
+            when
+            if scenario == 0 or when == math.inf
+            else when * shares[index % len(shares)][scenario - 1]
+            if shares
+            else when
+            for index, when in enumerate(latest)
+        ]
+        scenarios.append((origin, times))
+    chosen = dict.fromkeys(range(len(jobs)), H100)
+    at_once = projection.combine_tail(tail, chosen, scenarios, NOW)
+    one_by_one: dict[str, tuple[dict[int, EstimatedStart], dict[int, EstimatedStart]]] = {}
+    for name, (origin, times) in zip(("latest", "likely", "low", "high"), scenarios, strict=True):
+        one_by_one[name] = (
+            {
+                ask.job.id: _one_estimate(ask, origin, when)
+                for ask, when in zip(jobs, times, strict=True)
+            },
+            {},
+        )
+    for ask in jobs:
+        mine = at_once[ask.job.id]
+        theirs = _combine(ask.job.id, one_by_one["latest"][0], one_by_one)
+        assert mine.why_unknown == theirs.why_unknown
+        assert mine.projected == theirs.projected
+        for name in ("at", "likely", "range_low", "range_high"):
+            a, b = getattr(mine, name), getattr(theirs, name)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert abs((a - b).total_seconds()) < 1e-5, name
+
+
+def _ask() -> Ask:
+    start = one_at_a_time()
+    return build_asks(State(start))[0]
+
+
+def _one_estimate(ask: Ask, origin: datetime, when: float) -> EstimatedStart:
+    if when == math.inf:
+        return EstimatedStart(
+            at=None, why_unknown="no start found: no capacity it may use frees up"
+        )
+    at = origin + timedelta(seconds=when)
+    if ask.held_until is not None and ask.held_until > at:
+        at = ask.held_until
+    return EstimatedStart(at, "", None, None, H100, projected=True)
