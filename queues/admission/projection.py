@@ -104,8 +104,10 @@ class _Line:
             self.advance(end)
         return self.at
 
-    def profile(self) -> _Profile:
-        """The line's ``when`` for many amounts of work at once (``_Profile``)."""
+    def profile(self) -> tuple[list[float], list[float], list[float], list[float]]:
+        """The line's walk laid out (``_Profiles``): per segment between two changes, when it
+        begins, the most work the line has got ready by its end (or by an earlier one's), what
+        it has ready when it begins and the capacity free in it."""
         changes = self.changes
         times = [at for at, _ in changes]
         held_after = list(itertools.accumulate(amount for _, amount in changes))
@@ -113,64 +115,100 @@ class _Line:
         starts = [0.0, *sorted({at for at in times if 0.0 < at < math.inf})]
         free, tops, readies = [], [], []
         done = 0.0
+        most = -math.inf
         for index, begin in enumerate(starts):
             past = bisect.bisect_right(times, begin)
             held = held_after[past - 1] if past else 0
             room = max(0, self.capacity - held)
             end = starts[index + 1] if index + 1 < len(starts) else math.inf
-            free.append(room)
+            free.append(float(room))
             readies.append(done + room * self.residual if room else -1.0)
             if not room:
-                tops.append(-math.inf)
+                tops.append(most)
                 continue
             if end == math.inf:
                 tops.append(math.inf)
                 break
             done += room * (end - begin)
-            tops.append(done + room * self.residual)
-        return _Profile(
-            np.asarray(starts[: len(tops)]),
-            np.maximum.accumulate(np.asarray(tops)),
-            np.asarray(readies[: len(tops)]),
-            np.asarray(free[: len(tops)], dtype=float),
-        )
+            most = max(most, done + room * self.residual)
+            tops.append(most)
+        return starts[: len(tops)], tops, readies, free
 
 
 @dataclass(frozen=True, slots=True)
-class _Profile:
-    """A line's walk laid out (``_Line.profile``): per segment between two changes, when it
-    begins, the most work the line has got ready by its end or any earlier one, what it has
-    ready when it begins and the capacity free in it. The first segment whose most reaches an
-    amount of work is where ``_Line.when`` stops for it."""
+class _Profiles:
+    """Lines' walks laid out one after another (``_Line.profile``), so that one search serves
+    every line: per segment between two changes of a line, when it begins and ends, the most
+    work the line has got ready by its end or any earlier one's, what it has ready when it
+    begins and the capacity free in it; per line, where its segments are. The first segment of
+    a line whose most reaches an amount of work is where ``_Line.when`` stops for it."""
 
     begins: np.ndarray
+    ends: np.ndarray
     most: np.ndarray
     ready: np.ndarray
     free: np.ndarray
+    first: np.ndarray  # per line: its first segment
+    stop: np.ndarray  # per line: after its last
 
-    def when(self, work: np.ndarray) -> np.ndarray:
-        """``_Line.when`` of each amount of ``work``: the search finds the segment to within
-        float rounding, and from there the walk's own test (``work`` ready when the segment
-        begins, or done by its end) picks it, so both give the same number."""
-        count = len(self.most)
+    @classmethod
+    def of(cls, lines: Sequence[_Line]) -> _Profiles:
+        begins: list[float] = []
+        ends: list[float] = []
+        most: list[float] = []
+        ready: list[float] = []
+        free: list[float] = []
+        first, stop = [], []
+        for line in lines:
+            starts, tops, readies, rooms = line.profile()
+            first.append(len(begins))
+            begins += starts
+            ends += [*starts[1:], math.inf]
+            most += tops
+            ready += readies
+            free += rooms
+            stop.append(len(begins))
+        return cls(
+            np.asarray(begins, dtype=float),
+            np.asarray(ends, dtype=float),
+            np.asarray(most, dtype=float),
+            np.asarray(ready, dtype=float),
+            np.asarray(free, dtype=float),
+            np.asarray(first, dtype=np.intp),
+            np.asarray(stop, dtype=np.intp),
+        )
+
+    def when(self, line: np.ndarray, work: np.ndarray) -> np.ndarray:
+        """``_Line.when`` of each amount of ``work`` on its ``line`` (indexes into the lines
+        laid out): a search (all at once) finds the segment to within float rounding, and from
+        there the walk's own test (``work`` ready when the segment begins, or done by its end)
+        picks it, so both give the same number."""
         # from a little below: a segment whose most is ``work`` but for rounding is tried too
-        slack = np.abs(work) * 1e-9 + 1e-6
-        segment = np.searchsorted(self.most, work - slack, side="left")
+        target = work - (np.abs(work) * 1e-9 + 1e-6)
+        low, high = self.first[line], self.stop[line]
+        last = high
+        while True:
+            open_ = low < high
+            if not open_.any():
+                break
+            middle = (low + high) // 2
+            right = open_ & (self.most[np.minimum(middle, len(self.most) - 1)] < target)
+            low = np.where(right, middle + 1, low)
+            high = np.where(open_ & ~right, middle, high)
+        segment = low
         at = np.full(len(work), math.inf)
         todo = np.arange(len(work))
         while len(todo):
-            todo = todo[segment[todo] < count]
+            todo = todo[segment[todo] < last[todo]]
             if not len(todo):
                 break
             here = segment[todo]
             amount = work[todo]
-            ready, free = self.ready[here], self.free[here]
-            begins = self.begins[here]
-            ends = np.r_[self.begins[1:], math.inf][here]
+            ready, free, begins = self.ready[here], self.free[here], self.begins[here]
             with np.errstate(divide="ignore", invalid="ignore"):
                 needed = begins + (amount - ready) / free
             now = amount <= ready
-            done = now | ((free > 0) & (needed <= ends))
+            done = now | ((free > 0) & (needed <= self.ends[here]))
             at[todo[done]] = np.where(now, begins, needed)[done]
             todo = todo[~done]
             segment[todo] += 1
@@ -554,12 +592,7 @@ class _Kept:
             ahead[first:stop] = sums[:-1]
             rows[ki] = (job_r[first:stop], sums)
         # when each line has done it
-        when = np.empty(len(ahead))
-        by_line = np.argsort(line_r, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, line_r[by_line][1:] != line_r[by_line][:-1]])
-        for begin, stop in zip(bounds, [*bounds[1:], len(by_line)], strict=True):
-            span = by_line[begin:stop]
-            when[span] = lines[int(line_r[span[0]])].profile().when(ahead[span])
+        when = _Profiles.of(lines).when(line_r, ahead)
         starts = floors
         np.maximum.at(starts, job_r, when)
         if not np.isfinite(starts).all():
