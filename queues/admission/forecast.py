@@ -148,7 +148,7 @@ def forecast(
                     chosen.setdefault(job_id, start.gpu_class)
         if projected is not None:
             tails[name] = projected
-        results[name][0].update(tail_never)
+        # (the tail's jobs are combined by ``combine_tail``; its probes as the head's)
         results[name][1].update(tail_probe_never)
     state.now = snapshot.now
     latest, probe_latest = results["latest"]
