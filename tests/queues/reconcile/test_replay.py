@@ -25,7 +25,7 @@ from portal.celery import app
 from queues.cluster.pods import pod_facts
 from queues.jobs.requests import JobRequest
 from queues.jobs.services import job_submit_batch
-from queues.models import CapabilityClass, Job, JobState, Queue, Team
+from queues.models import CapabilityClass, Job, JobState, Queue, Team, UsageInterval
 from queues.policy.apply import policy_apply
 from queues.policy.text import policy_yaml
 from queues.reconcile.tasks import worker_mirror_stop
@@ -96,7 +96,12 @@ def test_a_slice_of_kueues_benchmark_runs_every_job_once_within_quota(served_clu
         job_submit_batch(requests=requests_of(ticks[tick], owner))
     deadline = time.monotonic() + 100
     while time.monotonic() < deadline:
-        if not Job.objects.exclude(state=JobState.SUCCEEDED).exists():
+        # every job ended, and the cycle that saw them end also closed their pods' usage (it
+        # moves the jobs first; on a slow machine the check could read in between)
+        if (
+            not Job.objects.exclude(state=JobState.SUCCEEDED).exists()
+            and not UsageInterval.objects.filter(ended_at__isnull=True).exists()
+        ):
             break
         time.sleep(0.5)
 
