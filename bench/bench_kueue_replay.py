@@ -354,10 +354,28 @@ def wait_all_done(total: int, limit: float) -> float:
 
 
 def worker_cycles(log: Path) -> str:
-    """The worker's log lines about cycles (warnings only: it logs at WARNING)."""
+    """The worker's error lines, and where its cycles' time went: each cycle that changed
+    something logs its summary with its steps' seconds (``CycleReport.summary``)."""
     text = log.read_text() if log.exists() else ""
     errors = [line for line in text.splitlines() if re.search(r"ERROR|Traceback", line)]
-    return f"{len(errors)} error lines in the worker's log" + (f": {errors[:3]}" if errors else "")
+    note = f"{len(errors)} error lines in the worker's log" + (f": {errors[:3]}" if errors else "")
+    cycles = 0
+    total = 0.0
+    steps: dict[str, float] = {}
+    # (celery's "succeeded" line repeats the summary as the task's result: not counted)
+    pattern = r'reconcile: admitted [^"\n]* API calls in ([0-9.]+) s \(([^"\n]*)\)'
+    for match in re.finditer(pattern, text):
+        cycles += 1
+        total += float(match.group(1))
+        for part in re.finditer(r"([a-z][a-z ()]*?) ([0-9]+\.[0-9]+)(?:, |$)", match.group(2)):
+            steps[part.group(1)] = steps.get(part.group(1), 0.0) + float(part.group(2))
+    if cycles:
+        parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
+        note += (
+            f"; {cycles:,} cycles that changed something took {total:.1f} s"
+            f" (mean {total / cycles:.2f} s): {parts}"
+        )
+    return note
 
 
 def main() -> None:
@@ -427,12 +445,21 @@ def main() -> None:
         arrivals = kueue.arrivals(args.cohorts, args.scale, scenario)
         pids = [sim.pid, worker.pid, *_tree(server.pid)]
         cpu_before = cpu_seconds(pids)
+        split_before = [cpu_seconds([sim.pid]), cpu_seconds(_tree(server.pid))]
         load_before = loadavg()
         start_wall = time.time() + 0.5
         start = datetime.fromtimestamp(start_wall, UTC)
         submitted = submit_all(api, arrivals, start_wall)
         all_done = wait_all_done(len(arrivals), limit=max(1800, 2 * scenario.kueue_wall_seconds))
         cpu = cpu_seconds(pids) - cpu_before
+        split = (
+            cpu_seconds([sim.pid]) - split_before[0],
+            cpu_seconds(_tree(server.pid)) - split_before[1],
+        )
+        cpu_note = (
+            f"{cpu:.0f} s (cluster {split[0]:.0f} s, gunicorn {split[1]:.0f} s, worker "
+            f"{cpu - sum(split):.0f} s)"
+        )
         load_after = loadavg()
         time.sleep(1)
         from django.db import connection
@@ -454,7 +481,7 @@ def main() -> None:
                 latencies,
                 quiet,
                 sim_state,
-                cpu,
+                cpu_note,
                 all_done - start_wall,
                 load_before,
                 load_after,
@@ -570,7 +597,7 @@ def report(
     latencies: dict[str, list[float]],
     quiet: list[float],
     sim_state: dict[str, Any],
-    cpu: float,
+    cpu: str,
     until_seen_done: float,
     load_before: str,
     load_after: str,
@@ -633,7 +660,7 @@ def report(
         f"behind schedule by {submitted['late_mean']:.2f} s on average, "
         f"{submitted['late_max']:.2f} s at most.",
         f"- CPU used by the simulated cluster, gunicorn and the worker during the replay: "
-        f"{cpu:.0f} s over {until_seen_done:.0f} s; {worker_log}.",
+        f"{cpu} over {until_seen_done:.0f} s; {worker_log}.",
     ]
     mapping = MAPPING if scenario is kueue.BASELINE else MAPPING + "\n\n" + LARGE_SCALE_MAPPING
     return "\n".join(lines) + "\n\n" + mapping + "\n\n" + WHERE_THE_TIME_GOES
