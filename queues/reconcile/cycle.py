@@ -54,6 +54,8 @@ from queues.reconcile.jobs import jobs_sync, secret_values_mask
 from queues.reconcile.leases import lease_acquire, lease_release
 from queues.reconcile.nodes import maintenance_preempt, nodes_sync
 from queues.reconcile.plan import (
+    JobCreates,
+    Refresh,
     cluster_apply,
     new_pending_ids,
     pending_reasons_store,
@@ -162,16 +164,54 @@ def _cycle(
             plan = engine.plan(snapshot, estimates=False, explain=explain)
     with report.step("apply"):
         plan_apply(plan, now=now, report=report)
+    creates: JobCreates | None = None
+    with report.step("cluster"):
         try:
-            cluster_apply(cluster, view, now=now, report=report)
+            creates = cluster_apply(cluster, view, now=now, report=report)
         except ClusterUnreachable as exc:
             cluster_unreachable(str(exc), now=now)
             report.unreachable = str(exc)
-        else:
-            cluster_reachable(now=now, unknown=unknown)
-    # What is for reading comes after the cluster's creates and deletes, which are not held up
-    # by it: the waiting jobs' reasons, positions and estimates, the queues' estimates, the
-    # catalog's numbers and the operations history.
+    try:
+        _read_side(
+            snapshot,
+            plan,
+            refresh,
+            cluster,
+            now=now,
+            report=report,
+            read_side=read_side,
+            forecast_after=forecast_after,
+        )
+    finally:
+        # What is for reading went on while the creates were answered (the cluster takes a few
+        # at a time): a cycle admitting hundreds of jobs spends a second or more on them.
+        if creates is not None:
+            with report.step("cluster (answers)"):
+                try:
+                    creates.finish()
+                except ClusterUnreachable as exc:
+                    cluster_unreachable(str(exc), now=now)
+                    report.unreachable = str(exc)
+                else:
+                    if not report.unreachable:  # (the node pools' requests may have found it)
+                        cluster_reachable(now=now, unknown=unknown)
+    return report
+
+
+def _read_side(
+    snapshot: engine.Snapshot,
+    plan: engine.Plan,
+    refresh: Refresh,
+    cluster: Cluster,
+    *,
+    now: datetime,
+    report: CycleReport,
+    read_side: bool,
+    forecast_after: bool,
+) -> None:
+    """What comes after the cluster's creates and deletes, which are not held up by it: the
+    waiting jobs' reasons, positions and estimates, the queues' estimates, the catalog's
+    numbers and the operations history (and the node pools' requests)."""
     if forecast_after:
         with report.step("plan"):
             planning = time.monotonic()
@@ -199,7 +239,6 @@ def _cycle(
             queue_stats_refresh(now=now)
             history_record(snapshot, plan, now=now)
         waits_observe(snapshot, report.admitted, now=now)
-    return report
 
 
 def read_side_due(follow_up: Callable[[], bool] | None) -> bool:

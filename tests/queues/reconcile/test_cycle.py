@@ -209,10 +209,12 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     now = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
     report = cycle()  # the first refresh of all
     # with a long queue the admissions go to the cluster first, the forecast for reasons after
-    assert [s for s in report.steps if s.startswith(("plan", "apply"))] == [
+    assert [s for s in report.steps if s.startswith(("plan", "apply", "cluster"))] == [
         "plan (no forecast)",
         "apply",
+        "cluster",
         "plan",
+        "cluster (answers)",  # the creates answered while the forecast ran
     ]
     assert report.admitted == [now.pk] and report.jobs_created == 1
     estimates_at = QueueEstimate.objects.values_list("computed_at", flat=True).first()
@@ -551,6 +553,33 @@ def test_an_oom_killed_pod_fails_the_job_with_the_reason(sim_cluster, cycle, mia
 
     job.refresh_from_db()
     assert (job.state, job.failure_reason, job.exit_code) == (JobState.FAILED, "OOMKilled", 137)
+
+
+def test_the_creates_are_answered_while_the_read_side_is_written_and_noted_if_it_fails(
+    sim_cluster, cluster, mia, monkeypatch
+):
+    import queues.reconcile.cycle as reconcile
+
+    first = submit(mia, capability="min-40gb", gpus_per_pod=1)
+    second = submit(mia, capability="min-40gb", gpus_per_pod=1)
+    report = reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+    # the creates' answers are noted last, after what is for reading
+    assert list(report.steps)[-1] == "cluster (answers)"
+    assert report.jobs_created == 2
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    third = submit(mia, capability="min-40gb", gpus_per_pod=1)
+    monkeypatch.setattr(reconcile, "pending_reasons_store", failing)
+    monkeypatch.setattr(reconcile, "queue_stats_refresh", failing)
+    with pytest.raises(RuntimeError):
+        reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+    # the cycle failed after sending the create: the Job exists and the job knows its name
+    names = {j.metadata.name for j in sim_cluster.batch().list_namespaced_job("team-vision").items}
+    jobs = Job.objects.filter(pk__in=[first.pk, second.pk, third.pk])
+    assert names == {f"gpuportal-job-{job.pk}" for job in jobs}
+    assert {job.k8s_job_name for job in jobs} == names
 
 
 class Crash(Exception):
