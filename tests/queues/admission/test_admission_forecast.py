@@ -355,3 +355,39 @@ def test_a_job_submitted_later_never_delays_the_bound_of_a_job_ahead_of_it() -> 
             for job_id, at in before.items():
                 assert at is not None and after[job_id] is not None
                 assert after[job_id] <= at, (seed, extra, job_id, at, after[job_id])
+
+
+def test_a_queue_longer_than_eight_passes_of_the_budget_is_replayed_exactly_only_once(
+    monkeypatch,
+) -> None:
+    # Each scenario's replay runs the engine's own passes while its budget lasts; the later
+    # scenarios do only while the budget holds eight passes over the waiting jobs, else the
+    # first (at the latest) alone runs them and the others simulate from the start.
+    import queues.admission.forecast as forecast
+
+    budgets: list[int] = []
+    real = forecast._replay
+
+    def spy(state, asks, probes, ratio, started, budget, *rest):  # type: ignore[no-untyped-def]
+        budgets.append(budget)
+        return real(state, asks, probes, ratio, started, budget, *rest)
+
+    monkeypatch.setattr(forecast, "_replay", spy)
+    start = mixed(3)
+    history = Forecast(0.5, 0.25, 0.75)
+    start = replace(start, pending=tuple(replace(j, forecast=history) for j in start.pending))
+    waiting = sum(1 for s in plan(start, replay_budget=0).pending if s.reasons)
+    budgets.clear()
+    exact = plan(start, replay_budget=waiting * forecast.LATER_EXACT_PASSES)
+    assert budgets == [waiting * forecast.LATER_EXACT_PASSES] * 4
+    budgets.clear()
+    once = plan(start, replay_budget=waiting * forecast.LATER_EXACT_PASSES - 1)
+    assert budgets == [waiting * forecast.LATER_EXACT_PASSES - 1, 0, 0, 0]
+    # the same admissions; every waiting job still has its interval around "likely", under
+    # "at the latest"
+    assert once.admissions == exact.admissions
+    for status in once.pending:
+        estimate = status.estimated_start
+        assert estimate.at is not None and estimate.likely is not None
+        assert estimate.range_low is not None and estimate.range_high is not None
+        assert estimate.range_low <= estimate.likely <= estimate.range_high <= estimate.at
