@@ -54,9 +54,10 @@ from queues.reconcile.jobs import jobs_sync, secret_values_mask
 from queues.reconcile.leases import lease_acquire, lease_release
 from queues.reconcile.nodes import maintenance_preempt, nodes_sync
 from queues.reconcile.plan import (
-    JobCreates,
     Refresh,
     cluster_apply,
+    creates_forget,
+    creates_note,
     new_pending_ids,
     pending_reasons_store,
     plan_apply,
@@ -104,6 +105,7 @@ def reconcile_cycle(
         return _cycle(cluster, mirror, now=now, report=report, follow_up=follow_up)
     except Exception as exc:
         counter_add_quietly(RECONCILE_ERRORS, type(exc).__name__)
+        creates_forget()  # as if the process had died: the next cycle's creates find them
         raise
     finally:
         report.api_calls = cluster.calls - calls_before
@@ -122,6 +124,9 @@ def _cycle(
     report: CycleReport,
     follow_up: Callable[[], bool] | None,
 ) -> CycleReport:
+    # the answers an earlier cycle left (its follow-up: this one), those in by now
+    with report.step("earlier answers"):
+        _answers_note(report, now=now, wait=False)
     try:
         with report.step("read"):
             view = read_cluster(cluster, mirror)
@@ -164,13 +169,13 @@ def _cycle(
             plan = engine.plan(snapshot, estimates=False, explain=explain)
     with report.step("apply"):
         plan_apply(plan, now=now, report=report)
-    creates: JobCreates | None = None
     with report.step("cluster"):
         try:
-            creates = cluster_apply(cluster, view, now=now, report=report)
+            cluster_apply(cluster, view, now=now, report=report)
         except ClusterUnreachable as exc:
             cluster_unreachable(str(exc), now=now)
             report.unreachable = str(exc)
+    wait = True
     try:
         _read_side(
             snapshot,
@@ -182,20 +187,25 @@ def _cycle(
             read_side=read_side,
             forecast_after=forecast_after,
         )
+        # With another cycle asked for already, the answers still out are left to it: it
+        # notes the ends of the jobs created first without waiting for the last create.
+        wait = follow_up is None or not follow_up()
     finally:
         # What is for reading went on while the creates were answered (the cluster takes a few
         # at a time): a cycle admitting hundreds of jobs spends a second or more on them.
-        if creates is not None:
-            with report.step("cluster (answers)"):
-                try:
-                    creates.finish()
-                except ClusterUnreachable as exc:
-                    cluster_unreachable(str(exc), now=now)
-                    report.unreachable = str(exc)
-                else:
-                    if not report.unreachable:  # (the node pools' requests may have found it)
-                        cluster_reachable(now=now, unknown=unknown)
+        with report.step("cluster (answers)"):
+            _answers_note(report, now=now, wait=wait)
+    if not report.unreachable:  # (the node pools' requests may have found it)
+        cluster_reachable(now=now, unknown=unknown)
     return report
+
+
+def _answers_note(report: CycleReport, *, now: datetime, wait: bool) -> None:
+    """Note the answers of the creates this process sent (all of them with ``wait``)."""
+    unreachable = creates_note(report, wait=wait)
+    if unreachable is not None:
+        cluster_unreachable(str(unreachable), now=now)
+        report.unreachable = str(unreachable)
 
 
 def _read_side(

@@ -3,7 +3,6 @@ preempt, and create or delete the Kubernetes Jobs."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -457,12 +456,11 @@ def queue_estimates_store(snapshot: engine.Snapshot, plan: engine.Plan, *, now: 
 
 def cluster_apply(
     cluster: Cluster, view: ClusterView, *, now: datetime, report: CycleReport
-) -> JobCreates:
+) -> None:
     """Send the creates of admitted jobs' Jobs and delete those of jobs that are ending. A job
     admitted by preemption waits until its victims' pods are gone: their GPUs are its, but not
     free yet. The creates are answered in the background (``CREATE_CONCURRENCY`` at a time)
-    while the cycle goes on with what is for reading; ``JobCreates.finish`` waits for their
-    answers and notes them."""
+    while the cycle goes on with what is for reading; ``creates_note`` notes their answers."""
     to_create = (
         Job.objects.filter(state=JobState.ADMITTED, k8s_job_name="")
         .select_related("team", "queue", "gpu_class")
@@ -472,7 +470,10 @@ def cluster_apply(
     todo: list[tuple[Job, dict[str, Any]]] = []
     # The jobs holding the most GPUs first: while a cycle's hundreds of creates go out, the
     # GPUs of those still waiting for theirs sit idle.
+    sent = creates_in_flight()
     for job in sorted(to_create, key=lambda j: (-j.pods * j.gpus_per_pod, j.pk)):
+        if job.pk in sent:
+            continue  # an earlier cycle's create, not answered yet
         if job.pk in waiting:
             _note_waiting_for_victims(job, waiting[job.pk])
         else:
@@ -482,14 +483,13 @@ def cluster_apply(
         if job.team.namespace in refused:
             _create_refused(job, refused[job.team.namespace], now=now, report=report)
     todo = [item for item in todo if item[0].team.namespace not in refused]
-    creates = JobCreates(todo, _create_jobs(cluster, todo), now, report)
+    if todo:
+        _UNNOTED.append(JobCreates(todo, _create_jobs(cluster, todo), now, report))
     try:
         _ending_delete(cluster, view, report=report)
     except ClusterUnreachable:
-        with contextlib.suppress(ClusterUnreachable):
-            creates.finish()  # what was created is noted all the same
+        creates_note(report, wait=True)  # what was created is noted all the same
         raise
-    return creates
 
 
 def _ending_delete(cluster: Cluster, view: ClusterView, *, report: CycleReport) -> None:
@@ -582,23 +582,33 @@ class JobCreates:
     outcomes: list[Future[Any]]
     now: datetime
     report: CycleReport
+    left: list[int] = dataclasses.field(default_factory=list)  # indexes not noted yet
 
-    def finish(self) -> None:
-        """Wait for every answer and note it: the Job's name for each created (or already
-        ours), the refusals on their jobs; raises ``ClusterUnreachable`` once every answer is
-        in and the names of those created are stored, if the cluster stopped answering."""
+    def __post_init__(self) -> None:
+        self.left = list(range(len(self.todo)))
+
+    def note(self, report: CycleReport, *, wait: bool) -> ClusterUnreachable | None:
+        """Note the answers in (all of them with ``wait``, else those already in): the Job's
+        name for each created (or already ours), the refusals on their jobs, counted in
+        ``report``; the cluster's being unreachable if an answer said so."""
         created_names: list[tuple[int, str]] = []
         unreachable: ClusterUnreachable | None = None
+        left: list[int] = []
         try:
-            for (job, manifest), future in zip(self.todo, self.outcomes, strict=True):
+            for index in self.left:
+                future = self.outcomes[index]
+                if not wait and not future.done():
+                    left.append(index)
+                    continue
+                job, manifest = self.todo[index]
                 outcome = future.result()
                 if isinstance(outcome, ClusterRejected):
-                    _create_refused(job, outcome, now=self.now, report=self.report)
+                    _create_refused(job, outcome, now=self.now, report=report)
                     continue
                 if isinstance(outcome, ClusterUnreachable):
                     unreachable = unreachable or outcome
                     continue
-                self.report.jobs_created += int(outcome)
+                report.jobs_created += int(outcome)
                 name = manifest["metadata"]["name"]
                 created_names.append((job.pk, name))
                 logger.info(
@@ -613,6 +623,7 @@ class JobCreates:
                     },
                 )
         finally:
+            self.left = left
             # The names of the Jobs created, in a statement per 500 (also when the cluster
             # stopped answering halfway); a crash before it loses nothing: the next cycle's
             # create finds its own Job, which is success.
@@ -628,8 +639,44 @@ class JobCreates:
                         output_field=CharField(),
                     )
                 )
-        if unreachable is not None:
-            raise unreachable
+        return unreachable
+
+    def in_flight(self) -> set[int]:
+        """The jobs whose creates are not noted yet."""
+        return {self.todo[index][0].pk for index in self.left}
+
+
+# The creates this process sent and has not noted yet, oldest first: a cycle that another is
+# already asked for leaves the answers still out to it (``creates_note``).
+_UNNOTED: list[JobCreates] = []
+
+
+def creates_note(report: CycleReport, *, wait: bool) -> ClusterUnreachable | None:
+    """Note the answers of this process's creates that are in (all of them with ``wait``): the
+    next cycle need not wait for the last of hundreds of creates to note the ends of the jobs
+    created first. The cluster's being unreachable, if an answer said so."""
+    unreachable = None
+    try:
+        for creates in list(_UNNOTED):
+            found = creates.note(report, wait=wait)
+            unreachable = unreachable or found
+            if not creates.left:
+                _UNNOTED.remove(creates)
+    except BaseException:
+        creates_forget()
+        raise
+    return unreachable
+
+
+def creates_forget() -> None:
+    """Leave the answers still out unnoted (a cycle failed): the next cycle sends those creates
+    again and finds each Job there and its own, which is success."""
+    _UNNOTED.clear()
+
+
+def creates_in_flight() -> set[int]:
+    """The jobs whose creates this process sent and has not noted yet (not to be sent again)."""
+    return set().union(*(creates.in_flight() for creates in _UNNOTED))
 
 
 def _create_one(

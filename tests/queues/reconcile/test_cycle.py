@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -580,6 +581,48 @@ def test_the_creates_are_answered_while_the_read_side_is_written_and_noted_if_it
     jobs = Job.objects.filter(pk__in=[first.pk, second.pk, third.pk])
     assert names == {f"gpuportal-job-{job.pk}" for job in jobs}
     assert {job.k8s_job_name for job in jobs} == names
+
+
+def test_a_cycle_with_a_follow_up_asked_for_leaves_its_unanswered_creates_to_it(
+    sim_cluster, cluster, mia, monkeypatch
+):
+    import threading
+
+    import queues.reconcile.plan as plan
+
+    answered = threading.Event()
+    sent: list[str] = []
+    real = cluster.create_job
+
+    def slow(manifest):
+        sent.append(manifest["metadata"]["name"])
+        answered.wait(timeout=30)  # the cluster answers once the test says so
+        return real(manifest)
+
+    monkeypatch.setattr(cluster, "create_job", slow)
+    job = submit(mia, capability="min-40gb", gpus_per_pod=1, seconds=600)
+    first = reconcile_cycle(cluster=cluster, now=sim_cluster.now(), follow_up=lambda: True)
+    # admitted and its create sent; the cycle did not wait for the answer
+    job.refresh_from_db()
+    assert first.admitted == [job.pk] and first.jobs_created == 0
+    assert (job.state, job.k8s_job_name) == (JobState.ADMITTED, "")
+    # a cycle while the answer is still out does not send the create again
+    middle = reconcile_cycle(cluster=cluster, now=sim_cluster.now(), follow_up=lambda: True)
+    assert middle.jobs_created == 0 and len(sent) == 1
+
+    answered.set()
+    for _ in range(100):  # the answer comes in the background
+        if all(f.done() for creates in plan._UNNOTED for f in creates.outcomes):
+            break
+        time.sleep(0.1)
+    sim_cluster.advance(30)
+    second = reconcile_cycle(cluster=cluster, now=sim_cluster.now())
+    # the follow-up noted the answer before its sync, so the job started in it; the create
+    # was not sent again
+    job.refresh_from_db()
+    assert second.jobs_created == 1
+    assert (job.state, job.k8s_job_name) == (JobState.RUNNING, f"gpuportal-job-{job.pk}")
+    assert sent == [f"gpuportal-job-{job.pk}"]
 
 
 class Crash(Exception):
