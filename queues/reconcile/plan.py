@@ -484,7 +484,7 @@ def cluster_apply(
             _create_refused(job, refused[job.team.namespace], now=now, report=report)
     todo = [item for item in todo if item[0].team.namespace not in refused]
     if todo:
-        _UNNOTED.append(JobCreates(todo, _create_jobs(cluster, todo), now, report))
+        _UNNOTED.append(JobCreates(todo, _create_jobs(cluster, todo), now))
     try:
         _ending_delete(cluster, view, report=report)
     except ClusterUnreachable:
@@ -580,8 +580,7 @@ class JobCreates:
 
     todo: list[tuple[Job, dict[str, Any]]]
     outcomes: list[Future[Any]]
-    now: datetime
-    report: CycleReport
+    now: datetime  # the sending cycle's
     left: list[int] = dataclasses.field(default_factory=list)  # indexes not noted yet
 
     def __post_init__(self) -> None:
