@@ -268,8 +268,9 @@ class Tail:
 
     jobs: list[Ask]
     probes: list[Ask]
-    limits: list[float] = field(default_factory=list)  # seconds
-    kinds: list[Forecast] = field(default_factory=list)
+    limits: np.ndarray = field(default_factory=lambda: np.empty(0))  # seconds
+    kinds: list[Forecast] = field(default_factory=list)  # the distinct forecasts
+    kind_of: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.intp))  # per job
     # per group: the shape keys its jobs queue on, its forecast, and over its jobs the sums of
     # GPU-eq × limit, × limit², and GPU-eq² × limit
     groups: list[tuple[list[tuple[str, ...]], Forecast, float, float, float]] = field(
@@ -281,18 +282,28 @@ class Tail:
     @classmethod
     def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Forecast]) -> Tail:
         tail = cls(jobs, probes)
+        kinds: dict[Forecast, int] = {}
+        limits: list[float] = []
+        kind_index: list[int] = []
         # by team, classes, user (in a queue that caps users), queue, forecast
         sums: dict[tuple[str, tuple[str, ...], str | None, str, Forecast], list[float]] = {}
+        capped: dict[str, bool] = {}
         for ask in jobs:
             limit = ask.runtime.total_seconds()
             kind = kind_of(ask)
-            tail.limits.append(limit)
-            tail.kinds.append(kind)
+            index = kinds.get(kind)
+            if index is None:
+                index = kinds[kind] = len(kinds)
+            limits.append(limit)
+            kind_index.append(index)
             queue = ask.queue
-            capped = (
-                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
-            )
-            group = (ask.job.team, ask.classes, ask.job.user if capped else None, queue.name, kind)
+            caps = capped.get(queue.name)
+            if caps is None:
+                caps = capped[queue.name] = (
+                    queue.max_running_jobs_per_user is not None
+                    or queue.max_gpu_eq_per_user is not None
+                )
+            group = (ask.job.team, ask.classes, ask.job.user if caps else None, queue.name, kind)
             found = sums.get(group)
             if found is None:
                 found = sums[group] = [0.0, 0.0, 0.0]
@@ -301,6 +312,9 @@ class Tail:
             found[0] += work
             found[1] += work * limit
             found[2] += work * demand
+        tail.limits = np.asarray(limits, dtype=float)
+        tail.kinds = list(kinds)
+        tail.kind_of = np.asarray(kind_index, dtype=np.intp)
         for (team, classes, user, queue_name, kind), (work, longer, wider) in sums.items():
             keys = _shape_keys(team, classes, queue_name, user)
             tail.groups.append((keys, kind, work, longer, wider))
@@ -315,10 +329,9 @@ class Tail:
     def run(self, ratio: Callable[[Forecast], float]) -> TailRun:
         """The tail in a scenario where jobs run ``ratio`` of their limits (by forecast): each
         job's runtime in seconds, and the jobs' ``_shapes``."""
-        ratios = {kind: ratio(kind) for kind in set(self.kinds)}
-        runtimes = [
-            limit * ratios[kind] for limit, kind in zip(self.limits, self.kinds, strict=True)
-        ]
+        ratios = {kind: ratio(kind) for kind in self.kinds}
+        shares = np.asarray([ratios[kind] for kind in self.kinds], dtype=float)
+        runtimes = self.limits * shares[self.kind_of] if self.kinds else np.empty(0)
         shapes: dict[tuple[str, ...], _Shape] = {}
         for keys, kind, work, longer, wider in self.groups:
             share = ratios[kind]
@@ -337,7 +350,7 @@ class TailRun:
     """A ``Tail`` in one scenario (``Tail.run``)."""
 
     tail: Tail
-    runtimes: list[float]
+    runtimes: np.ndarray  # seconds, per job
     shapes: dict[tuple[str, ...], _Shape]
 
 
@@ -423,7 +436,7 @@ def project(
         walk(jobs, runtimes)
         if tail is not None:
             times = []
-            walk(tail.tail.jobs, tail.runtimes, times)
+            walk(tail.tail.jobs, tail.runtimes.tolist(), times)
     else:
         for ask, when in zip(jobs, kept.times, strict=False):
             results[ask.job.id] = estimate(ask, when, projection.chosen[ask.job.id])
@@ -536,7 +549,7 @@ class _Kept:
             members = [*members, *tail_groups[0]]
             demand = np.concatenate((demand, tail_groups[2]))
             jobs += run.tail.jobs
-            seconds = np.concatenate((seconds, np.asarray(run.runtimes, dtype=float)))
+            seconds = np.concatenate((seconds, run.runtimes))
             floors = np.concatenate((floors, np.full(len(run.tail.jobs), floor)))
         kept = cls(projection, jobs)
         if not jobs:
