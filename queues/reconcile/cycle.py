@@ -154,7 +154,7 @@ def _cycle(
     # With thousands waiting, a refresh's forecast takes a second or more, and the admissions
     # (the same with it or without: the engine is deterministic) would wait for it: they are
     # planned without it and applied first, and the forecast follows (``forecast_after``).
-    forecast_after = refresh.full and bool(refresh.holder)
+    forecast_after = refresh.full and refresh.after
     forecast_now = refresh.full and not forecast_after
     read_side = read_side_due(follow_up) or refresh.full
     with report.step("plan" if forecast_now else "plan (no forecast)"):

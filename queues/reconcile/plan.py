@@ -42,14 +42,16 @@ logger = logging.getLogger(__name__)
 
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
-# Up to this many waiting jobs, every cycle refreshes all their reasons, positions and
-# estimates; beyond, those already shown are refreshed every REASONS_REFRESH at most, and at
-# least every REASONS_REFRESH_MAX (see ``refresh_begin``). Issue #30 asks for 10,000 once
-# estimates cost little more than the plan; at 10,000 waiting they now cost 1.6 × the plan,
-# but with 10,000 the Kueue baseline replay's cycles (a few thousand waiting, each cycle's
-# admissions waiting for its forecast, every waiting row rewritten) still ran long enough to
-# lose 11 s on large jobs' admission and 25 s of wall time (docs/benchmarks.md).
-REASONS_ALL_UP_TO = 500
+# Up to this many waiting jobs every one's reasons, positions and estimates are refreshed at
+# least every REASONS_EVERY (issue #30; see ``refresh_begin``); beyond, those already shown
+# are refreshed every REASONS_REFRESH at most, and at least every REASONS_REFRESH_MAX.
+REASONS_ALL_UP_TO = 10_000
+REASONS_EVERY = timedelta(seconds=2)
+REASONS_EVERY_LEASE = "pending-reasons-every"
+# Up to this many waiting jobs every cycle plans once, with the estimates, and admits from that
+# plan; beyond, the forecast costs enough (0.1 s or more) that the admissions are planned
+# without it and go to the cluster first, and the plan with it follows for the reasons.
+FORECAST_FIRST_UP_TO = 500
 REASONS_REFRESH = timedelta(seconds=5)
 REASONS_REFRESH_MAX = timedelta(seconds=60)
 REASONS_SHARE = 20
@@ -72,25 +74,33 @@ class Refresh:
     full: bool
     holder: str = ""  # the refresh lease's holder, when this cycle took it
     cost: float = 0.0
+    # a full refresh whose forecast comes after the admissions went to the cluster
+    after: bool = False
 
 
 def refresh_begin(waiting: int) -> Refresh:
-    """Up to ``REASONS_ALL_UP_TO`` (500) waiting jobs every cycle refreshes them all, with one
-    plan that has the estimates. Beyond, the jobs
-    that already show reasons are refreshed only now and then, and in the cycles between only
-    the jobs that show none yet (new, or back in the queue) get theirs, without an estimate
-    until the next refresh: cycles run as soon as pods end, many a second under churn, and
-    rewriting thousands of positions and estimates in each made the cycle's cost grow with the
-    queue instead of with what changed. "Now and then" is every ``REASONS_REFRESH``, or, when
-    a refresh took long, after ``REASONS_SHARE`` times as long as it took, up to
-    ``REASONS_REFRESH_MAX`` (a lease says when; ``refresh_end``). A refresh holds up the
-    admissions of the GPUs given back while it runs (3 s at 13,000 waiting), so it stays a
-    small part of the loop's time."""
-    if waiting <= REASONS_ALL_UP_TO:
+    """Whether this cycle refreshes every waiting job's reasons, positions and estimates.
+
+    Up to ``FORECAST_FIRST_UP_TO`` (500) waiting jobs every cycle does, with one plan that has
+    the estimates. Up to ``REASONS_ALL_UP_TO`` (10,000) every cycle does that starts
+    ``REASONS_EVERY`` (2 s) or more after the last that did (a lease says when), with a plan
+    without the estimates for the admissions, sent to the cluster first, and then the same
+    snapshot's plan with them (``Refresh.after``): every cycle on a quiet cluster, every 2 s
+    under churn, when cycles run back to back as pods end, and refreshing thousands of rows
+    in each cost the Kueue replay a sixth of its throughput (docs/benchmarks.md). Past 10,000
+    the jobs that already show reasons are refreshed only now and then, every
+    ``REASONS_REFRESH``, or, when a refresh took long, after ``REASONS_SHARE`` times as long
+    as it took, up to ``REASONS_REFRESH_MAX`` (``refresh_end``). Between refreshes only the
+    jobs that show none yet (new, or back in the queue) get reasons, without an estimate
+    until the next refresh."""
+    if waiting <= FORECAST_FIRST_UP_TO:
         return Refresh(full=True)
     holder = uuid.uuid4().hex
+    if waiting <= REASONS_ALL_UP_TO:
+        every = lease_acquire(name=REASONS_EVERY_LEASE, holder=holder, ttl=REASONS_EVERY)
+        return Refresh(full=every, after=True)
     if lease_acquire(name=REASONS_LEASE, holder=holder, ttl=REASONS_REFRESH):
-        return Refresh(full=True, holder=holder)
+        return Refresh(full=True, holder=holder, after=True)
     return Refresh(full=False)
 
 

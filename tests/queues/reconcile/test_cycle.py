@@ -204,6 +204,7 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     from queues.models import Lease, QueueEstimate
 
     monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting
+    monkeypatch.setattr(plan, "FORECAST_FIRST_UP_TO", 1)
     first = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
     second = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
     # admitted now: mia is at the queue's 16-GPU limit per user, so the third job waits for it
@@ -244,6 +245,88 @@ def test_with_a_long_queue_shown_reasons_are_refreshed_every_few_seconds_new_one
     assert third.estimated_start is not None and third.estimated_start_note == ""
 
 
+def test_up_to_ten_thousand_waiting_every_estimate_is_refreshed_every_2_s_admissions_first(
+    cycle, mia, monkeypatch
+):
+    """Issue #30: past ``FORECAST_FIRST_UP_TO`` and up to ``REASONS_ALL_UP_TO`` waiting, a cycle
+    2 s or more after the last refresh gives every waiting job its estimate (not paced by the
+    refresh's cost), and its admissions go to the cluster before the forecast runs."""
+    import queues.reconcile.plan as plan
+    from queues.admission.forecast import NOT_ESTIMATED
+    from queues.models import Lease
+
+    monkeypatch.setattr(plan, "FORECAST_FIRST_UP_TO", 1)  # "past it": more than one waiting
+    # mia may hold 16 GPUs in the queue: the first job starts, the others wait for it to end
+    first = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
+    second = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
+
+    report = cycle()
+
+    assert [s for s in report.steps if s.startswith(("plan", "apply", "cluster"))] == [
+        "plan (no forecast)",
+        "apply",
+        "cluster",
+        "plan",
+        "cluster (answers)",
+    ]
+    assert report.admitted == [first.pk]
+    second.refresh_from_db()
+    assert second.estimated_start is not None and second.position == 1
+    Job.objects.filter(pk=second.pk).update(position=7, estimated_start=None)  # as if stale
+    third = submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=2)
+    # the last refresh less than 2 s ago (however slow this machine is today)
+    every = Lease.objects.filter(name=plan.REASONS_EVERY_LEASE)
+    assert every.update(expires_at=timezone.now() + timedelta(minutes=1)) == 1
+
+    between = cycle()
+
+    assert "plan" not in between.steps
+    second.refresh_from_db()
+    third.refresh_from_db()
+    assert (second.position, second.estimated_start) == (7, None)
+    assert third.pending_reasons and third.estimated_start_note == NOT_ESTIMATED
+    every.update(expires_at=timezone.now())
+
+    due = cycle()
+
+    assert [s for s in due.steps if s.startswith("plan")] == ["plan (no forecast)", "plan"]
+    assert not Lease.objects.filter(name=plan.REASONS_LEASE).exists()  # not paced by its cost
+    for job, position in ((second, 1), (third, 2)):
+        job.refresh_from_db()
+        assert job.position == position
+        assert job.estimated_start is not None and job.estimated_start_note == "", job.pk
+    assert third.estimated_start >= second.estimated_start
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("waiting", [1, 500])
+def test_up_to_500_waiting_every_cycle_plans_once_with_the_estimates(waiting):
+    from queues.reconcile.plan import refresh_begin
+
+    for _ in range(2):
+        refresh = refresh_begin(waiting)
+        assert (refresh.full, refresh.after, refresh.holder) == (True, False, "")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("waiting", [501, 10_000])
+def test_up_to_ten_thousand_waiting_a_refresh_comes_2_s_after_the_last(waiting):
+    from queues.reconcile.plan import refresh_begin
+
+    first = refresh_begin(waiting)
+    assert (first.full, first.after, first.holder) == (True, True, "")
+    assert not refresh_begin(waiting).full  # less than 2 s later
+
+
+@pytest.mark.django_db
+def test_past_ten_thousand_waiting_one_cycle_refreshes_then_a_lease_paces_the_next():
+    from queues.reconcile.plan import refresh_begin
+
+    first = refresh_begin(10_001)
+    assert first.full and first.after and first.holder
+    assert not refresh_begin(10_001).full  # the lease holds the next one off
+
+
 @pytest.mark.parametrize(("cost", "pause"), [(0.1, 5), (1.5, 30), (3.2, 60), (20.0, 60)])
 def test_a_long_queues_next_refresh_comes_twenty_times_its_cost_later_from_5_s_to_a_minute(
     cost, pause
@@ -264,6 +347,7 @@ def test_under_churn_new_reasons_and_numbers_are_written_every_2_s_and_by_a_burs
     from queues.reconcile.cycle import READ_SIDE_LEASE
 
     monkeypatch.setattr(plan, "REASONS_ALL_UP_TO", 1)  # "long": more than one job waiting
+    monkeypatch.setattr(plan, "FORECAST_FIRST_UP_TO", 1)
     for _ in range(2):
         submit(mia, queue="batch", capability="min-40gb", gpus_per_pod=8, pods=4)
     asked = [True]
