@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from fractions import Fraction
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from queues.admission import MaintenanceState, MigSlots, PendingReason, Plan, ReasonCode, plan
 from queues.admission.testing import (
@@ -924,3 +927,19 @@ def test_every_node_in_maintenance_is_named_with_its_reason() -> None:
         "2 of the 3 matching nodes are in maintenance (n2: PSU swap; n3: BIOS); "
         "they hold 16 free GPUs"
     )
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1000, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from(
+            [None, UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
+        ),
+    )
+)
+def test_a_reasons_time_is_the_utc_minute_with_its_date_whatever_the_zone_given(when):
+    from queues.admission.reasons import time_text
+
+    utc = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    assert time_text(when) == utc.strftime("%Y-%m-%d %H:%M UTC")
