@@ -42,9 +42,10 @@ logger = logging.getLogger(__name__)
 
 # Creates the cluster refuses (4xx) before the job ends failed with the API's message.
 MAX_CREATE_REFUSALS = 3
-# Up to this many waiting jobs every one's reasons, positions and estimates are refreshed at
-# least every REASONS_EVERY (issue #30; see ``refresh_begin``); beyond, those already shown
-# are refreshed every REASONS_REFRESH at most, and at least every REASONS_REFRESH_MAX.
+# Up to this many waiting jobs every one's reasons, positions and estimates are refreshed by
+# every cycle that starts REASONS_EVERY or more after the last refresh ended (issue #30; see
+# ``refresh_begin``); beyond, those already shown are refreshed REASONS_REFRESH to
+# REASONS_REFRESH_MAX apart, by the refresh's cost.
 REASONS_ALL_UP_TO = 10_000
 REASONS_EVERY = timedelta(seconds=2)
 REASONS_EVERY_LEASE = "pending-reasons-every"
@@ -74,6 +75,7 @@ class Refresh:
     full: bool
     holder: str = ""  # the refresh lease's holder, when this cycle took it
     cost: float = 0.0
+    lease: str = REASONS_LEASE  # which: paced by the cost, or REASONS_EVERY_LEASE
     # a full refresh whose forecast comes after the admissions went to the cluster
     after: bool = False
 
@@ -83,11 +85,14 @@ def refresh_begin(waiting: int) -> Refresh:
 
     Up to ``FORECAST_FIRST_UP_TO`` (500) waiting jobs every cycle does, with one plan that has
     the estimates. Up to ``REASONS_ALL_UP_TO`` (10,000) every cycle does that starts
-    ``REASONS_EVERY`` (2 s) or more after the last that did (a lease says when), with a plan
-    without the estimates for the admissions, sent to the cluster first, and then the same
-    snapshot's plan with them (``Refresh.after``): every cycle on a quiet cluster, every 2 s
-    under churn, when cycles run back to back as pods end, and refreshing thousands of rows
-    in each cost the Kueue replay a sixth of its throughput (docs/benchmarks.md). Past 10,000
+    ``REASONS_EVERY`` (2 s) or more after the last refresh ended (a lease says when;
+    ``refresh_end``), with a plan without the estimates for the admissions, sent to the
+    cluster first, and then the same snapshot's plan with them (``Refresh.after``): every
+    beat's cycle on a quiet cluster, and under churn, when cycles run back to back as pods
+    end, one in every 2 s and the refresh's own time: refreshing thousands of rows in every
+    cycle cost the Kueue replay a sixth of its throughput (docs/benchmarks.md), and a refresh
+    holds up the admissions of the GPUs given back while it runs, so cycles without one
+    always come between. Past 10,000
     the jobs that already show reasons are refreshed only now and then, every
     ``REASONS_REFRESH``, or, when a refresh took long, after ``REASONS_SHARE`` times as long
     as it took, up to ``REASONS_REFRESH_MAX`` (``refresh_end``). Between refreshes only the
@@ -97,16 +102,23 @@ def refresh_begin(waiting: int) -> Refresh:
         return Refresh(full=True)
     holder = uuid.uuid4().hex
     if waiting <= REASONS_ALL_UP_TO:
-        every = lease_acquire(name=REASONS_EVERY_LEASE, holder=holder, ttl=REASONS_EVERY)
-        return Refresh(full=every, after=True)
+        if lease_acquire(name=REASONS_EVERY_LEASE, holder=holder, ttl=REASONS_EVERY):
+            return Refresh(full=True, holder=holder, after=True, lease=REASONS_EVERY_LEASE)
+        return Refresh(full=False)
     if lease_acquire(name=REASONS_LEASE, holder=holder, ttl=REASONS_REFRESH):
         return Refresh(full=True, holder=holder, after=True)
     return Refresh(full=False)
 
 
 def refresh_end(refresh: Refresh) -> None:
+    """The next refresh's lease, from now: ``REASONS_EVERY`` after this one ended up to
+    ``REASONS_ALL_UP_TO`` waiting, beyond by its cost (``refresh_pause``)."""
     if refresh.holder:
-        lease_acquire(name=REASONS_LEASE, holder=refresh.holder, ttl=refresh_pause(refresh.cost))
+        if refresh.lease == REASONS_EVERY_LEASE:
+            ttl = REASONS_EVERY
+        else:
+            ttl = refresh_pause(refresh.cost)
+        lease_acquire(name=refresh.lease, holder=refresh.holder, ttl=ttl)
 
 
 def refresh_pause(cost: float) -> timedelta:
