@@ -114,10 +114,8 @@ def refresh_end(refresh: Refresh) -> None:
     """The next refresh's lease, from now: ``REASONS_EVERY`` after this one ended up to
     ``REASONS_ALL_UP_TO`` waiting, beyond by its cost (``refresh_pause``)."""
     if refresh.holder:
-        if refresh.lease == REASONS_EVERY_LEASE:
-            ttl = REASONS_EVERY
-        else:
-            ttl = refresh_pause(refresh.cost)
+        every = refresh.lease == REASONS_EVERY_LEASE
+        ttl = REASONS_EVERY if every else refresh_pause(refresh.cost)
         lease_acquire(name=refresh.lease, holder=refresh.holder, ttl=ttl)
 
 
