@@ -73,11 +73,7 @@ def time_text(when: datetime) -> str:
     """``2025-03-04 14:30 UTC``: always with the date, since a reason is read later and
     elsewhere than it was written (pages show it in the viewer's time zone, see the ``times``
     template filter)."""
-    if when.tzinfo is None:
-        utc = when  # naive: UTC
-    elif when.tzinfo is UTC:
-        utc = when
-    else:
-        utc = when.astimezone(UTC)
+    # naive: UTC
+    utc = when if when.tzinfo is None or when.tzinfo is UTC else when.astimezone(UTC)
     # (formatted by hand: half the cost of strftime, and a plan writes one per waiting job)
     return f"{utc.year}-{utc.month:02d}-{utc.day:02d} {utc.hour:02d}:{utc.minute:02d} UTC"

@@ -76,8 +76,12 @@ class Refresh:
     holder: str = ""  # the refresh lease's holder, when this cycle took it
     cost: float = 0.0
     lease: str = REASONS_LEASE  # which: paced by the cost, or REASONS_EVERY_LEASE
-    # a full refresh whose forecast comes after the admissions went to the cluster
-    after: bool = False
+
+    @property
+    def after(self) -> bool:
+        """Whether its forecast comes after the admissions went to the cluster: a refresh
+        paced by a lease (past ``FORECAST_FIRST_UP_TO`` waiting) is one."""
+        return bool(self.holder)
 
 
 def refresh_begin(waiting: int) -> Refresh:
@@ -92,21 +96,20 @@ def refresh_begin(waiting: int) -> Refresh:
     end, one in every 2 s and the refresh's own time: refreshing thousands of rows in every
     cycle cost the Kueue replay a sixth of its throughput (docs/benchmarks.md), and a refresh
     holds up the admissions of the GPUs given back while it runs, so cycles without one
-    always come between. Past 10,000
-    the jobs that already show reasons are refreshed only now and then, every
-    ``REASONS_REFRESH``, or, when a refresh took long, after ``REASONS_SHARE`` times as long
-    as it took, up to ``REASONS_REFRESH_MAX`` (``refresh_end``). Between refreshes only the
-    jobs that show none yet (new, or back in the queue) get reasons, without an estimate
-    until the next refresh."""
+    always come between. Past 10,000 the jobs that already show reasons are refreshed only
+    now and then, every ``REASONS_REFRESH``, or, when a refresh took long, after
+    ``REASONS_SHARE`` times as long as it took, up to ``REASONS_REFRESH_MAX``
+    (``refresh_end``). Between refreshes only the jobs that show none yet (new, or back in
+    the queue) get reasons, without an estimate until the next refresh."""
     if waiting <= FORECAST_FIRST_UP_TO:
         return Refresh(full=True)
     holder = uuid.uuid4().hex
     if waiting <= REASONS_ALL_UP_TO:
         if lease_acquire(name=REASONS_EVERY_LEASE, holder=holder, ttl=REASONS_EVERY):
-            return Refresh(full=True, holder=holder, after=True, lease=REASONS_EVERY_LEASE)
+            return Refresh(full=True, holder=holder, lease=REASONS_EVERY_LEASE)
         return Refresh(full=False)
     if lease_acquire(name=REASONS_LEASE, holder=holder, ttl=REASONS_REFRESH):
-        return Refresh(full=True, holder=holder, after=True)
+        return Refresh(full=True, holder=holder)
     return Refresh(full=False)
 
 
