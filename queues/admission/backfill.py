@@ -615,7 +615,7 @@ def _reserve(run: Pass, ask: Ask, gpu_class: str, pool: Pool, option: Option) ->
     """``_search``, once per job, class, option, content of the class (``State.class_changes``:
     what its jobs hold, its reservations, its nodes) and reservations made ahead of it on the
     class and the team's quota of it. The forecast runs the pass again in each scenario from
-    the state the plan's pass left (``forecast._Mark``), and a class that the scenario's first
+    the state the plan's pass left (``State.rollback``), and a class that the scenario's first
     moment left alone sees the same searches again. A search found again is made again as it
     was found and counts the attempts it cost (``Pass.walked``: the replays' budget), so the
     plan is the same as without the cache."""

@@ -31,7 +31,7 @@ from typing import Any
 from queues.admission.asks import Ask, build_asks, build_probe_asks
 from queues.admission.diagnose import time_text
 from queues.admission.elastic import elastic_plan
-from queues.admission.forecast import NOT_ESTIMATED, REPLAY_BUDGET, forecast
+from queues.admission.forecast import NOT_ESTIMATED, REPLAY_BUDGET, WALKED_PER_CHECK, forecast
 from queues.admission.pass_state import Outcome, Pass, kept_from
 from queues.admission.plan import EstimatedStart, PendingStatus, Plan
 from queues.admission.projection import FORECAST_HORIZON
@@ -145,6 +145,7 @@ def _plan(
         budget=REPLAY_BUDGET if replay_budget is None else replay_budget,
         kept=run.reserved_nodes(),
         horizon=horizon,
+        pass_cost=len(waiting) + len(ghosts) + run.walked // WALKED_PER_CHECK,
     )
     probe_estimates = tuple(
         (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))

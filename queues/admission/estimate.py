@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -209,11 +210,17 @@ class _Simulation:
         """What will happen if nothing new arrives: running jobs end at their limits,
         reservations open and close, nodes come back from maintenance, back-offs end."""
         state = self.state
-        for alloc in sorted(state.allocs.values(), key=lambda a: (a.end, a.job_id)):
-            end = self.finish(alloc)
-            self.push(end, END, alloc)
-            if self.horizon is not None:
+        events = self.events
+        finish = self.finish
+        held = self.horizon is not None
+        # in a heap from a list (the sequence numbers as pushing each would give them)
+        for alloc in sorted(state.allocs.values(), key=_BY_END):
+            end = finish(alloc)
+            self.sequence += 1
+            events.append((end, END, self.sequence, alloc))
+            if held:
                 self.hold_from(state.now, end, alloc)
+        heapq.heapify(events)
         for rid, reservation in sorted(state.reservations.items()):
             if reservation.start is not None and reservation.start > state.now:
                 self.push(reservation.start, RESERVATION_ON, rid)
@@ -271,24 +278,35 @@ class _Simulation:
 
     def run(self) -> None:
         stop_at = -1 if self.horizon is None else len(self.live) - self.horizon
-        while self.events and (self.remaining or self.ghosts_left):
+        events, freed = self.events, self.freed
+        parked, ghost_parked = self.parked, self.ghost_parked
+        give_back, heappop, heaps = self.state.give_back, heapq.heappop, self.heaps
+        while events and (self.remaining or self.ghosts_left):
             if self.remaining <= stop_at:
                 self.cut = True
                 return  # the rest is projected (``project``)
-            now = self.clock = self.events[0][0]
+            now = self.clock = events[0][0]
             dirty: set[str] = set()
-            while self.events and self.events[0][0] == now:
-                _, kind, _, payload = heapq.heappop(self.events)
-                self.apply_event(kind, payload, dirty)
+            while events and events[0][0] == now:
+                _, kind, _, payload = heappop(events)
+                if kind == END:  # most events: ``apply_event``'s first case, inline
+                    assert isinstance(payload, Alloc)
+                    if payload.live:
+                        give_back(payload)
+                        dirty.add(payload.gpu_class)
+                        freed.append(("t", payload.team, payload.gpu_class))
+                        freed.append(("u", payload.queue, payload.user))
+                else:
+                    self.apply_event(kind, payload, dirty)
             # parked jobs look again once everything that happens now has happened
-            for key in self.freed:
-                if self.parked.get(key) or key in self.ghost_parked:
+            for key in freed:
+                if parked.get(key) or key in ghost_parked:
                     self.unpark(key, dirty)
-            self.freed.clear()
+            freed.clear()
             while dirty:
-                gpu_class = min(dirty, key=self.cost_rank)
+                gpu_class = min(dirty, key=self.cost_rank) if len(dirty) > 1 else dirty.pop()
                 dirty.discard(gpu_class)
-                if gpu_class in self.heaps:
+                if gpu_class in heaps:
                     self.scan(gpu_class, now, dirty)
             if self.ghost_dirty:  # ghosts back from a park list, maybe on an untouched class
                 for gpu_class in sorted(self.ghost_dirty, key=self.cost_rank):
@@ -494,6 +512,9 @@ class _Simulation:
             self.probe_results[ask.job.id] = EstimatedStart(at=now)
         for entry in blocked:
             heapq.heappush(heap, entry)
+
+
+_BY_END = operator.attrgetter("end", "job_id")
 
 
 def _cost_order(state: State) -> list[str]:

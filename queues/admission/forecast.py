@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,6 +45,12 @@ WALKED_PER_CHECK = 1
 # from the start: on the benchmark's cluster at 1,000 waiting the later scenarios' estimates
 # moved by 0.3 % at most for nine jobs in ten, and the forecast cost a third less.
 LATER_EXACT_PASSES = 8
+# The first scenario's replay runs the engine's own passes only while the budget holds at least
+# this many passes as costly as the plan's own (its waiting jobs and the moments its shadows
+# walked, ``forecast``'s ``pass_cost``): a budget for a single pass makes one moment exact and
+# costs about as much as simulating every other moment of that scenario (on the benchmark's
+# cluster at 1,000 pending a pass walks 1,750 moments; docs/benchmarks.md).
+FIRST_EXACT_PASSES = 2
 # A waiting job's estimate when the plan skipped the forecast (``plan(estimates=False)``).
 NOT_ESTIMATED = (
     "being computed: with this many jobs waiting, estimates are refreshed every few seconds to a"
@@ -68,11 +74,13 @@ def forecast(
     budget: int = REPLAY_BUDGET,
     kept: Mapping[JobId, tuple[str, Placement]] | None = None,
     horizon: int | None = FORECAST_HORIZON,
+    pass_cost: int = 0,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
     (consumed); ``kept``: the nodes the pass's head-of-queue reservations chose
     (``Pass.reserved_nodes``), which each replay's first pass takes first, as every later pass
-    takes those of the pass before it.
+    takes those of the pass before it; ``pass_cost``: what the plan's pass cost in the budget's
+    units, what a replay's pass is expected to cost (``FIRST_EXACT_PASSES``).
 
     Four replays of the engine's own policy forward in time, from the state the pass left: at
     each moment something ends, opens or returns, the same pass (``consider``: plan order,
@@ -97,7 +105,7 @@ def forecast(
     for pending in snapshot.pending:
         forecasts[pending.id] = pending.forecast or NO_HISTORY
     results: dict[str, tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]] = {}
-    mark = _Mark.of(state)
+    mark = state.checkpoint()
     # A replay depends on the scenario only through each job's ratio: scenarios that give every
     # job the same ratio (all of them when no job has history; "high" and "latest" when every
     # job's 90th percentile is its limit) are one replay. The jobs' distinct forecasts say.
@@ -120,7 +128,8 @@ def forecast(
         state, tail, [p for p in probes if p.order > last], never, forecasts
     )
     tails: dict[str, tuple[datetime, list[float]]] = {}  # the tail's starts, by scenario
-    exact_later = (len(head) + len(head_probes)) * LATER_EXACT_PASSES <= budget
+    exact_first = max(pass_cost, len(head) + len(head_probes)) * FIRST_EXACT_PASSES <= budget
+    exact_later = exact_first and (len(head) + len(head_probes)) * LATER_EXACT_PASSES <= budget
     for name, pick in SCENARIOS:
         ratios = tuple(pick(f) for f in distinct)
         same = replayed.get(ratios)
@@ -130,7 +139,7 @@ def forecast(
                 tails[name] = tails[same]
             continue
         if replayed:
-            mark.restore(state)
+            state.rollback(mark)
         replayed[ratios] = name
 
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
@@ -142,7 +151,7 @@ def forecast(
             head_probes,
             ratio,
             started,
-            budget if len(replayed) == 1 or exact_later else 0,
+            budget if (exact_first and len(replayed) == 1) or exact_later else 0,
             dict(kept or {}),
             never,
             (horizon, behind.run(pick) if behind is not None else None, chosen),
@@ -171,46 +180,6 @@ def forecast(
             for probe in probes
         },
     )
-
-
-@dataclass(slots=True)
-class _Mark:
-    """What the pass left on the state and a replay changes: the jobs holding GPUs, the
-    reservations' being open and the nodes' eligibility. Putting them back between replays
-    costs what the replay changed, not a state rebuilt from the snapshot; the classes' change
-    numbers go back with them (``State.class_changes``), so what was worked out for a class
-    before a replay (its profile, its reservation searches) serves the next replay too."""
-
-    allocs: dict[JobId, Alloc]
-    active: dict[int, bool]
-    eligible: list[bool]
-    now: datetime
-    class_changes: dict[str, int]
-
-    @classmethod
-    def of(cls, state: State) -> _Mark:
-        return cls(
-            dict(state.allocs),
-            dict(state.res_active),
-            list(state.node_eligible),
-            state.now,
-            dict(state.class_changes),
-        )
-
-    def restore(self, state: State) -> None:
-        for alloc in [a for a in state.allocs.values() if self.allocs.get(a.job_id) is not a]:
-            state.give_back(alloc)
-        for alloc in self.allocs.values():
-            if not alloc.live:
-                state.take(alloc)
-        for rid, active in self.active.items():
-            if state.res_active.get(rid) != active:
-                state.set_reservation_active(rid, active)
-        for index, eligible in enumerate(self.eligible):
-            if state.node_eligible[index] != eligible:
-                state.set_node_eligible(index, eligible)
-        state.class_changes.update(self.class_changes)
-        state.now = self.now
 
 
 def _combine(
@@ -275,12 +244,20 @@ def _replay(
         heapq.heappush(events, (when, kind, sequence, payload))
 
     def finish(alloc: Alloc) -> datetime:
+        share = ratio(alloc.job_id)
+        if share >= 1:
+            return alloc.end
         # a job this plan admits starts now and runs to ``alloc.end`` at the latest
         since = started.get(alloc.job_id) or (now, alloc.end - now)
-        return _finish(alloc, ratio(alloc.job_id), since, state.now)
+        return predicted_end(started=since, ratio=share, now=state.now, limit_end=alloc.end)
 
     runtime_of = _runtime_of(ratio)
-    horizon, tail, chosen = projected
+    if sum(ask.held_until is None for ask in asks) + len(probes) > budget:
+        # not one pass fits the budget: the simulation from now, without seeding the replay's
+        # own events (the simulation seeds its own)
+        return _simulate_rest(
+            state, list(asks), list(probes), finish, runtime_of, (*projected, never), 0
+        )
     for alloc in state.allocs.values():
         push(finish(alloc), _END, alloc)
     for rid, reservation in state.reservations.items():
@@ -346,23 +323,42 @@ def _replay(
         waiting, ghosts = left, ghosts_left
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
-    if rest or ghosts or tail is not None:
-        # What the replay's budget did not reach: the per-class simulation from here on.
-        beyond: dict[str, Any] = {}
-        if horizon is not None:
-            beyond = {
-                "horizon": max(0, horizon - len(starts)),
-                "tail": tail,
-                "never": never,
-                "chosen": chosen,
-            }
-        origin = state.now
-        more, more_probes, times = simulate(state, rest, ghosts, finish, runtime_of, **beyond)
-        starts.update(more)
-        probe_starts.update(more_probes)
-        if times is not None:
-            return starts, probe_starts, (origin, times)
-    return starts, probe_starts, None
+    more, more_probes, times = _simulate_rest(
+        state, rest, ghosts, finish, runtime_of, (*projected, never), len(starts)
+    )
+    more.update(starts)
+    more_probes.update(probe_starts)
+    return more, more_probes, times
+
+
+def _simulate_rest(
+    state: State,
+    rest: list[Ask],
+    ghosts: list[Ask],
+    finish: Callable[[Alloc], datetime],
+    runtime_of: Callable[[Ask], timedelta],
+    projected: tuple[int | None, TailRun | None, dict[JobId, str], dict[tuple[JobId, bool], str]],
+    started: int,
+) -> tuple[
+    dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], tuple[datetime, list[float]] | None
+]:
+    """What a replay's budget did not reach (``rest``, ``ghosts``, and with a horizon the tail;
+    ``started``: the jobs its passes started): the per-class simulation from ``state.now``
+    (``projected``: the replay's, and why jobs never start)."""
+    horizon, tail, chosen, never = projected
+    if not rest and not ghosts and tail is None:
+        return {}, {}, None
+    beyond: dict[str, Any] = {}
+    if horizon is not None:
+        beyond = {
+            "horizon": max(0, horizon - started),
+            "tail": tail,
+            "never": never,
+            "chosen": chosen,
+        }
+    origin = state.now
+    more, more_probes, times = simulate(state, rest, ghosts, finish, runtime_of, **beyond)
+    return more, more_probes, None if times is None else (origin, times)
 
 
 def _tail(
@@ -413,16 +409,6 @@ def _ghost_check(
         found[ghost.job.id] = EstimatedStart(at=run.state.now)
     else:
         left.append(ghost)
-
-
-def _finish(
-    alloc: Alloc, ratio: float, started: tuple[datetime, timedelta], now: datetime
-) -> datetime:
-    """When a job holding GPUs is predicted to end if it runs ``ratio`` of its limit; one that
-    already ran longer than that is predicted to use the same share of the time it has left."""
-    if ratio >= 1:
-        return alloc.end
-    return predicted_end(started=started, ratio=ratio, now=now, limit_end=alloc.end)
 
 
 def predicted_end(

@@ -89,17 +89,6 @@ class Pool:
     outside_eq: int = 0
     tainted: bool = False
 
-    def bucket_move(self, local: int, old: int, new: int) -> None:
-        if not self.eligible[local]:
-            return
-        # an inconsistent snapshot may over-commit a node; it then counts as full, not negative
-        old, new = max(0, old), max(0, new)
-        self.by_free[old].discard(local)
-        while new >= len(self.by_free):
-            self.by_free.append(set())
-        self.by_free[new].add(local)
-        self.free_devices += new - old
-
 
 @dataclass(frozen=True, slots=True)
 class QuotaUse:
@@ -303,7 +292,7 @@ class State:
         self.changes = 0
         # per class, ``changes`` at the last change of what its jobs hold, its nodes'
         # eligibility or its reservations: equal numbers, equal contents of the class (the
-        # forecast puts the numbers back with the contents between its replays, ``_Mark``)
+        # forecast puts the numbers back with the contents between its replays, ``rollback``)
         self.class_changes: dict[str, int] = {name: 0 for name in self.classes}
         self._build_nodes()
         self._build_quotas()
@@ -530,28 +519,42 @@ class State:
             if pool.mode == TIME_SLICED:
                 pool.hbm_free[local] += sign * spot.hbm
             if pool.eligible[local]:
-                pool.bucket_move(local, old, new)
+                # the node moves between the pool's free-count buckets; an inconsistent
+                # snapshot may over-commit a node: it then counts as full, not negative
+                old = old if old > 0 else 0
+                new = new if new > 0 else 0
+                by_free = pool.by_free
+                by_free[old].discard(local)
+                while new >= len(by_free):
+                    by_free.append(set())
+                by_free[new].add(local)
+                pool.free_devices += new - old
                 eq = sign * spot.eq
                 pool.free_eq += eq
                 class_free[pool.gpu_class] += eq
         gpu_class = alloc.gpu_class
-        self.changes += 1
-        if gpu_class in self.class_version:
-            self.class_version[gpu_class] += 1
-            self.class_changes[gpu_class] = self.changes
+        changes = self.changes = self.changes + 1
+        versions = self.class_version
+        if gpu_class in versions:
+            versions[gpu_class] += 1
+            self.class_changes[gpu_class] = changes
         if not alloc.counts:
             return
-        key = (alloc.team, alloc.gpu_class)
-        if alloc.kind is CapacityKind.RESERVED and alloc.reservation_id in self.res_used:
-            self.res_used[alloc.reservation_id] -= sign * alloc.eq
+        kind = alloc.kind
+        eq = sign * alloc.eq
+        if kind is CapacityKind.RESERVED and alloc.reservation_id in self.res_used:
+            self.res_used[alloc.reservation_id] -= eq
             self._refresh_idle(alloc.reservation_id)
-        elif alloc.kind is CapacityKind.BORROWED:
-            self.borrowed_jobs_eq[key] = self.borrowed_jobs_eq.get(key, 0) - sign * alloc.eq
-        elif alloc.kind is CapacityKind.NOMINAL:
-            self.nominal_jobs_eq[key] = self.nominal_jobs_eq.get(key, 0) - sign * alloc.eq
+        elif kind is CapacityKind.BORROWED:
+            key = (alloc.team, gpu_class)
+            self.borrowed_jobs_eq[key] = self.borrowed_jobs_eq.get(key, 0) - eq
+        elif kind is CapacityKind.NOMINAL:
+            key = (alloc.team, gpu_class)
+            self.nominal_jobs_eq[key] = self.nominal_jobs_eq.get(key, 0) - eq
         user = (alloc.queue, alloc.user)
-        self.user_jobs[user] = self.user_jobs.get(user, 0) - sign
-        self.user_eq[user] = self.user_eq.get(user, 0) - sign * alloc.eq
+        user_jobs, user_eq = self.user_jobs, self.user_eq
+        user_jobs[user] = user_jobs.get(user, 0) - sign
+        user_eq[user] = user_eq.get(user, 0) - eq
 
     def _refresh_idle(self, rid: int) -> None:
         reservation = self.reservations[rid]
@@ -602,6 +605,77 @@ class State:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
             self.class_version[gpu] += 1
             self.class_changes[gpu] = self.changes
+
+    def checkpoint(self) -> Checkpoint:
+        """What jobs hold, the reservations' being open and the nodes' eligibility now, with
+        every aggregate of them, for ``rollback``."""
+        return Checkpoint(
+            now=self.now,
+            pools=[
+                (
+                    pool,
+                    list(pool.free),
+                    list(pool.hbm_free),
+                    [set(bucket) for bucket in pool.by_free],
+                    list(pool.eligible),
+                    (pool.free_devices, pool.free_eq, pool.capacity_eq, pool.outside_eq),
+                )
+                for pool in self.pools.values()
+            ],
+            node_eligible=list(self.node_eligible),
+            class_free=dict(self.class_free),
+            class_capacity=dict(self.class_capacity),
+            class_changes=dict(self.class_changes),
+            nominal_jobs_eq=dict(self.nominal_jobs_eq),
+            borrowed_jobs_eq=dict(self.borrowed_jobs_eq),
+            user_jobs=dict(self.user_jobs),
+            user_eq=dict(self.user_eq),
+            res_active=dict(self.res_active),
+            res_used=dict(self.res_used),
+            res_idle=dict(self.res_idle),
+            res_idle_total=dict(self.res_idle_total),
+            allocs=dict(self.allocs),
+            class_allocs={name: dict(held) for name, held in self.class_allocs.items()},
+            user_allocs={key: dict(held) for key, held in self.user_allocs.items()},
+        )
+
+    def rollback(self, saved: Checkpoint) -> None:
+        """Back to ``saved``: the same holds, reservations, nodes and aggregates, in the time
+        it takes to copy them rather than to give back and take again every job that changed.
+        Each class's ``class_changes`` goes back with its contents (what was worked out for
+        them before serves again); ``class_version`` and ``eligible_changes`` move on, as with
+        any change, so nothing worked out in between is taken for the state rolled back to."""
+        for pool, free, hbm_free, by_free, eligible, sums in saved.pools:
+            pool.free[:] = free
+            pool.hbm_free[:] = hbm_free
+            pool.by_free[:] = [set(bucket) for bucket in by_free]
+            pool.eligible[:] = eligible
+            pool.free_devices, pool.free_eq, pool.capacity_eq, pool.outside_eq = sums
+        if self.node_eligible != saved.node_eligible:
+            self.node_eligible[:] = saved.node_eligible
+            self.eligible_changes += 1
+        self.class_free = dict(saved.class_free)
+        self.class_capacity = dict(saved.class_capacity)
+        self.class_changes = dict(saved.class_changes)
+        self.nominal_jobs_eq = dict(saved.nominal_jobs_eq)
+        self.borrowed_jobs_eq = dict(saved.borrowed_jobs_eq)
+        self.user_jobs = dict(saved.user_jobs)
+        self.user_eq = dict(saved.user_eq)
+        self.res_active = dict(saved.res_active)
+        self.res_used = dict(saved.res_used)
+        self.res_idle = dict(saved.res_idle)
+        self.res_idle_total = dict(saved.res_idle_total)
+        for alloc in self.allocs.values():
+            alloc.live = False
+        self.allocs = dict(saved.allocs)
+        for alloc in self.allocs.values():
+            alloc.live = True
+        self.class_allocs = {name: dict(held) for name, held in saved.class_allocs.items()}
+        self.user_allocs = {key: dict(held) for key, held in saved.user_allocs.items()}
+        self.changes += 1
+        for name in self.class_version:
+            self.class_version[name] += 1
+        self.now = saved.now
 
     # ------------------------------------------------------------------ reading
 
@@ -812,6 +886,33 @@ def _best_in_domain(
         if placement is not None and (best is None or len(placement) < len(best)):
             best = placement
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A copy of a ``State``'s holds and their aggregates (``State.checkpoint``)."""
+
+    now: datetime
+    # per pool: free devices, time-sliced HBM free and free-count buckets per local node, which
+    # nodes count, and free devices, free / capacity / outside GPU-eq
+    pools: list[
+        tuple[Pool, list[int], list[int], list[set[int]], list[bool], tuple[int, int, int, int]]
+    ]
+    node_eligible: list[bool]
+    class_free: dict[str, int]
+    class_capacity: dict[str, int]
+    class_changes: dict[str, int]
+    nominal_jobs_eq: dict[tuple[str, str], int]
+    borrowed_jobs_eq: dict[tuple[str, str], int]
+    user_jobs: dict[tuple[str, str], int]
+    user_eq: dict[tuple[str, str], int]
+    res_active: dict[int, bool]
+    res_used: dict[int, int]
+    res_idle: dict[int, int]
+    res_idle_total: dict[str, int]
+    allocs: dict[JobId, Alloc]
+    class_allocs: dict[str, dict[JobId, Alloc]]
+    user_allocs: dict[tuple[str, str], dict[JobId, Alloc]]
 
 
 def spots_for(pool: Pool, placement: Placement, shape: Shape) -> list[PodSpot]:

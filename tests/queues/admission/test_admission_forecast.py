@@ -357,6 +357,48 @@ def test_a_job_submitted_later_never_delays_the_bound_of_a_job_ahead_of_it() -> 
                 assert after[job_id] <= at, (seed, extra, job_id, at, after[job_id])
 
 
+def test_a_replay_budget_for_fewer_than_two_passes_runs_none(monkeypatch) -> None:
+    # The first scenario's replay runs the engine's own passes only while the budget holds two
+    # of them as costly as the plan's pass (its waiting jobs and the moments its shadows
+    # walked): one would make a single moment exact for as much as simulating all the rest.
+    # Below that every scenario simulates from the start, with the same admissions.
+    import queues.admission.engine as engine
+    import queues.admission.forecast as forecast
+
+    costs: list[int] = []
+    budgets: list[int] = []
+    real_forecast, real_replay = engine.forecast, forecast._replay
+
+    def spy_forecast(*args, **kwargs):  # type: ignore[no-untyped-def]
+        costs.append(kwargs["pass_cost"])
+        return real_forecast(*args, **kwargs)
+
+    def spy_replay(state, asks, probes, ratio, started, budget, *rest):  # type: ignore[no-untyped-def]
+        budgets.append(budget)
+        return real_replay(state, asks, probes, ratio, started, budget, *rest)
+
+    monkeypatch.setattr(engine, "forecast", spy_forecast)
+    monkeypatch.setattr(forecast, "_replay", spy_replay)
+    start = mixed(3)
+    history = Forecast(0.5, 0.25, 0.75)
+    start = replace(start, pending=tuple(replace(j, forecast=history) for j in start.pending))
+    waiting = sum(1 for s in plan(start, replay_budget=0).pending if s.reasons)
+    cost = costs[-1]
+    assert cost > waiting  # the pass's shadows walked
+    budgets.clear()
+    two = plan(start, replay_budget=2 * cost)
+    assert budgets[0] == 2 * cost
+    budgets.clear()
+    one = plan(start, replay_budget=2 * cost - 1)
+    assert budgets == [0, 0, 0, 0]
+    assert one.admissions == two.admissions
+    for status in one.pending:
+        estimate = status.estimated_start
+        assert estimate.at is not None and estimate.likely is not None
+        assert estimate.range_low is not None and estimate.range_high is not None
+        assert estimate.range_low <= estimate.likely <= estimate.range_high <= estimate.at
+
+
 def test_a_queue_longer_than_eight_passes_of_the_budget_is_replayed_exactly_only_once(
     monkeypatch,
 ) -> None:
