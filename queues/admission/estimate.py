@@ -426,8 +426,9 @@ class _Simulation:
         ghost_heap = self.ghost_heaps[gpu_class]
         done, live, results, heappop = self.done, self.live, self.results, heapq.heappop
         parked, ghost_parked = self.parked, self.ghost_parked
-        # every job starting on the class now has the same estimate (it is immutable)
-        started = EstimatedStart(at=now, gpu_class=gpu_class)
+        # every job starting on the class now has the same estimate (it is immutable; made
+        # when the first starts: most scans start none)
+        started: EstimatedStart | None = None
         while heap:
             order, index = heap[0]
             if done[index]:
@@ -460,6 +461,8 @@ class _Simulation:
                 self.hold_from(now, end, alloc)
             done[index] = True
             self.remaining -= 1
+            if started is None:
+                started = EstimatedStart(at=now, gpu_class=gpu_class)
             results[ask.job.id] = started
             # the team or user may have room for the next of its parked jobs too
             team_key: ParkKey = ("t", ask.job.team, gpu_class)
