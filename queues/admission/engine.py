@@ -244,12 +244,14 @@ def _binding_class_first(
 ) -> list[PendingReason]:
     """The reasons about the class the job would start on first (the simulation says which
     frees first), keeping their order; a reason about another class never comes first."""
-    if gpu_class is None:
+    if gpu_class is None or len(reasons) < 2:
         return reasons
-    return sorted(
-        reasons,
-        key=lambda r: r.details.get("gpu_class") not in (None, gpu_class),
-    )
+    other = [r.details.get("gpu_class") not in (None, gpu_class) for r in reasons]
+    if not any(other):
+        return reasons
+    return [r for r, o in zip(reasons, other, strict=True) if not o] + [
+        r for r, o in zip(reasons, other, strict=True) if o
+    ]
 
 
 def _priority_reason(
