@@ -58,10 +58,12 @@ class Ask:
     rank: tuple[int, int]
     held_until: datetime | None = None
     sort_key: tuple[Any, ...] = ()
+    # its least demand on any class: read for every job check of the simulation and the
+    # projection, so worked out once (``demand`` is never changed after)
+    min_demand: int = field(init=False, default=0)
 
-    @property
-    def min_demand(self) -> int:
-        return min(self.demand.values()) if self.demand else 0
+    def __post_init__(self) -> None:
+        self.min_demand = min(self.demand.values()) if self.demand else 0
 
 
 def _fallback_queue(name: str) -> Queue:

@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from queues.admission.asks import Ask
-from queues.admission.estimate import never_why, simulate
+from queues.admission.estimate import simulate
+from queues.admission.never import never_fits
 from queues.admission.pass_state import Pass
 from queues.admission.plan import EstimatedStart
 from queues.admission.projection import FORECAST_HORIZON, Tail, TailRun, combine_tail
@@ -125,7 +126,7 @@ def forecast(
     head_probes = [p for p in probes if p.order <= last]
     # what may start of the tail, worked out once for every scenario; what may not, told why
     behind, tail_never, tail_probe_never = _tail(
-        state, tail, [p for p in probes if p.order > last], never, forecasts
+        state, tail, [p for p in probes if p.order > last], forecasts
     )
     tails: dict[str, tuple[datetime, list[float]]] = {}  # the tail's starts, by scenario
     exact_first = max(pass_cost, len(head) + len(head_probes)) * FIRST_EXACT_PASSES <= budget
@@ -365,25 +366,22 @@ def _tail(
     state: State,
     asks: Sequence[Ask],
     probes: Sequence[Ask],
-    never: dict[tuple[JobId, bool], str],
     forecasts: Mapping[JobId, Forecast],
 ) -> tuple[Tail | None, dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The tail behind the simulated head (None: no tail) of what may start, and the estimates
-    of the tail's jobs and probes that never start (why; ``never`` keeps it)."""
+    of the tail's jobs and probes that never start (why)."""
     if not asks and not probes:
         return None, {}, {}
     jobs: list[Ask] = []
     ghosts: list[Ask] = []
     results: dict[JobId, EstimatedStart] = {}
     probe_results: dict[JobId, EstimatedStart] = {}
-    for items, probe, kept, told in (
-        (asks, False, jobs, results),
-        (probes, True, ghosts, probe_results),
-    ):
+    for items, kept, told in ((asks, jobs, results), (probes, ghosts, probe_results)):
         for ask in items:
-            why = never_why(state, ask, never, probe=probe)
-            if why:
-                told[ask.job.id] = EstimatedStart(at=None, why_unknown=why)
+            # (no simulation takes a tail job: its verdict is not kept in ``never``)
+            reason = never_fits(state, ask)
+            if reason is not None:
+                told[ask.job.id] = EstimatedStart(at=None, why_unknown=reason.message)
             else:
                 kept.append(ask)
     tail = Tail.of(jobs, ghosts, lambda ask: forecasts.get(ask.job.id, NO_HISTORY))
