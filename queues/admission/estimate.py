@@ -129,6 +129,9 @@ class _Simulation:
         self.probe_results: dict[JobId, EstimatedStart] = {}
         # Real jobs: every ask that may start, its heap entries per class, and its park lists.
         self.live: list[Ask] = []
+        # per real job: the park list of its user in its queue, None where the queue caps no
+        # user (most: the scan asks for every job check)
+        self.user_park: list[ParkKey | None] = []
         self.held: list[int] = []
         self.heaps: dict[str, list[Entry]] = {name: [] for name in state.classes}
         self.done: list[bool] = []
@@ -178,6 +181,11 @@ class _Simulation:
                 continue
             index = len(self.live)
             self.live.append(ask)
+            queue = ask.queue
+            capped = (
+                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
+            )
+            self.user_park.append(("u", queue.name, ask.job.user) if capped else None)
             if ask.held_until is not None:
                 self.held.append(index)
                 continue
@@ -239,9 +247,6 @@ class _Simulation:
             self.push(until, HELD_BACK_ENDS, index)
 
     # --- park lists --------------------------------------------------------------------------
-
-    def park(self, key: ParkKey, entry: Parked) -> None:
-        heapq.heappush(self.parked.setdefault(key, []), entry)
 
     def unpark(self, key: ParkKey, dirty: set[str]) -> None:
         """The first real job parked under ``key`` returns to its class's heap, unless what
@@ -425,7 +430,8 @@ class _Simulation:
         heap = self.heaps[gpu_class]
         ghost_heap = self.ghost_heaps[gpu_class]
         done, live, results, heappop = self.done, self.live, self.results, heapq.heappop
-        parked, ghost_parked = self.parked, self.ghost_parked
+        parked, ghost_parked, user_park = self.parked, self.ghost_parked, self.user_park
+        heappush = heapq.heappush
         # every job starting on the class now has the same estimate (it is immutable; made
         # when the first starts: most scans start none)
         started: EstimatedStart | None = None
@@ -438,17 +444,22 @@ class _Simulation:
                 self.check_ghosts(gpu_class, order, now)  # before any real job behind them
             ask = live[index]
             queue = ask.queue
-            capped = (
-                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
-            )
-            if capped and _user_blocked(state, ask):
+            key = user_park[index]
+            if key is not None and _user_blocked(state, ask):
                 heappop(heap)
-                self.park(("u", queue.name, ask.job.user), (order, index, gpu_class))
+                waiting = parked.get(key)
+                if waiting is None:
+                    waiting = parked[key] = []
+                heappush(waiting, (order, index, gpu_class))  # ``park``, inline
                 continue
             options = entitlement(state, ask, gpu_class)
             if not options:
                 heappop(heap)
-                self.park(("t", ask.job.team, gpu_class), (order, index, gpu_class))
+                key = ("t", ask.job.team, gpu_class)
+                waiting = parked.get(key)
+                if waiting is None:
+                    waiting = parked[key] = []
+                heappush(waiting, (order, index, gpu_class))
                 continue
             fit = fit_class(state, ask, gpu_class, options)
             if fit is None:
