@@ -574,8 +574,19 @@ class _Kept:
         line_index: dict[int, int] = {}
         key_index: dict[int, int] = {}
         table: list[list[tuple[int, int, bool]]] = []
+        # a group of the jobs not started and one of the tail's may queue on the same lines
+        known: dict[tuple[str, str, str, str | None], list[tuple[int, int, bool]]] = {}
         for ask, gpu_class in members:
-            entries = []
+            queue = ask.queue
+            capped = (
+                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
+            )
+            group = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
+            entries = known.get(group)
+            if entries is not None:
+                table.append(entries)
+                continue
+            entries = known[group] = []
             for line, queued, per_job in projection.job_route(ask, gpu_class):
                 li = line_index.setdefault(id(line), len(lines))
                 if li == len(lines):
