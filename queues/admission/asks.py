@@ -60,7 +60,7 @@ class Ask:
     sort_key: tuple[Any, ...] = ()
     # its least demand on any class: read for every job check of the simulation and the
     # projection, so worked out once (``demand`` is never changed after)
-    min_demand: int = field(init=False, default=0)
+    min_demand: int = field(init=False, default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.min_demand = min(self.demand.values()) if self.demand else 0

@@ -145,7 +145,7 @@ def _plan(
         budget=REPLAY_BUDGET if replay_budget is None else replay_budget,
         kept=run.reserved_nodes(),
         horizon=horizon,
-        pass_cost=len(waiting) + len(ghosts) + run.walked // WALKED_PER_CHECK,
+        walked=run.walked // WALKED_PER_CHECK,
     )
     probe_estimates = tuple(
         (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))

@@ -28,10 +28,10 @@ from queues.admission.state import Alloc, Placement, State
 
 # Job checks one replay may spend (waiting jobs × passes) before the per-class simulation of
 # ``estimate`` takes over the rest of the forecast: the replay is exact, the simulation fast.
-# Up to four replays per plan (one per distinct scenario): at 2,500 each, with about 500 jobs
-# waiting on the benchmark's 4,000-GPU cluster a replay runs one pass exactly, with 10,000 none
-# (docs/benchmarks.md, docs/admission.md "Cost, and its bound"); what-ifs (``explain``) spend a
-# fifth of it.
+# Up to four replays per plan (one per distinct scenario): at 2,500 each, on the benchmark's
+# 4,000-GPU cluster a queue of about 200 waiting jobs is replayed exactly for a dozen moments;
+# from about 500 waiting none is (``FIRST_EXACT_PASSES``; docs/benchmarks.md, docs/admission.md
+# "Cost, and its bound"); what-ifs (``explain``) spend a fifth of it.
 REPLAY_BUDGET = 2_500
 WHAT_IF_REPLAY_BUDGET = 500
 # With a horizon of H starts, the simulation takes the first HEAD_PER_START × H waiting jobs
@@ -40,15 +40,17 @@ HEAD_PER_START = 5
 # Moments the shadow walks of a replay's pass visit (``backfill``) that cost as much as one job
 # check: a pass with many deep shadows over a big class spends the budget sooner.
 WALKED_PER_CHECK = 1
-# The scenarios after the first replay the engine's own passes only while the budget holds at
-# least this many passes over the jobs waiting; with more waiting the first scenario's replay
-# alone runs them (one or two passes, its start of the queue exact) and the others simulate
-# from the start: on the benchmark's cluster at 1,000 waiting the later scenarios' estimates
-# moved by 0.3 % at most for nine jobs in ten, and the forecast cost a third less.
+# The scenarios after the first replay the engine's own passes only while the first does
+# (``FIRST_EXACT_PASSES``) and the budget holds at least this many passes over the jobs
+# waiting; with more waiting the first scenario's replay alone runs them (its start of the
+# queue exact) and the others simulate from the start: on the benchmark's cluster at 1,000
+# waiting the later scenarios' estimates moved by 0.3 % at most for nine jobs in ten, and the
+# forecast cost a third less.
 LATER_EXACT_PASSES = 8
 # The first scenario's replay runs the engine's own passes only while the budget holds at least
-# this many passes as costly as the plan's own (its waiting jobs and the moments its shadows
-# walked, ``forecast``'s ``pass_cost``): a budget for a single pass makes one moment exact and
+# this many of them, each counted at what one over the replay's jobs is expected to cost: a job
+# check per job waiting (not held back) and probe, and the moments the plan's own pass's shadows
+# walked (``forecast``'s ``walked``). A budget for a single pass makes one moment exact and
 # costs about as much as simulating every other moment of that scenario (on the benchmark's
 # cluster at 1,000 pending a pass walks 1,750 moments; docs/benchmarks.md).
 FIRST_EXACT_PASSES = 2
@@ -75,13 +77,13 @@ def forecast(
     budget: int = REPLAY_BUDGET,
     kept: Mapping[JobId, tuple[str, Placement]] | None = None,
     horizon: int | None = FORECAST_HORIZON,
-    pass_cost: int = 0,
+    walked: int = 0,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
     (consumed); ``kept``: the nodes the pass's head-of-queue reservations chose
     (``Pass.reserved_nodes``), which each replay's first pass takes first, as every later pass
-    takes those of the pass before it; ``pass_cost``: what the plan's pass cost in the budget's
-    units, what a replay's pass is expected to cost (``FIRST_EXACT_PASSES``).
+    takes those of the pass before it; ``walked``: the moments the plan's pass's shadows walked,
+    in job checks, what a replay's pass is expected to walk (``FIRST_EXACT_PASSES``).
 
     Four replays of the engine's own policy forward in time, from the state the pass left: at
     each moment something ends, opens or returns, the same pass (``consider``: plan order,
@@ -129,7 +131,8 @@ def forecast(
         state, tail, [p for p in probes if p.order > last], forecasts
     )
     tails: dict[str, tuple[datetime, list[float]]] = {}  # the tail's starts, by scenario
-    exact_first = max(pass_cost, len(head) + len(head_probes)) * FIRST_EXACT_PASSES <= budget
+    checks = sum(ask.held_until is None for ask in head) + len(head_probes)
+    exact_first = (checks + walked) * FIRST_EXACT_PASSES <= budget
     exact_later = exact_first and (len(head) + len(head_probes)) * LATER_EXACT_PASSES <= budget
     for name, pick in SCENARIOS:
         ratios = tuple(pick(f) for f in distinct)

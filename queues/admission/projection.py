@@ -150,9 +150,9 @@ class _Profiles:
     free: np.ndarray
     first: np.ndarray  # per line: its first segment
     stop: np.ndarray  # per line: after its last
-    # every segment's most, sorted; and per segment its line and the rank of its most among
-    # them in one number (``_rank_key``), non-decreasing from one segment to the next
-    mosts: np.ndarray
+    # the distinct values of ``most``, sorted; and per segment its line and the rank of its
+    # most among them in one number (``_rank_key``), non-decreasing from one segment to the next
+    ranked: np.ndarray
     keys: np.ndarray
 
     @classmethod
@@ -175,7 +175,7 @@ class _Profiles:
         firsts = np.asarray(first, dtype=np.intp)
         stops = np.asarray(stop, dtype=np.intp)
         mosts = np.asarray(most, dtype=float)
-        ranked = np.unique(mosts)
+        ranked = np.unique(mosts)  # sorted, distinct
         line_of = np.repeat(np.arange(len(firsts), dtype=np.int64), stops - firsts)
         return cls(
             np.asarray(begins, dtype=float),
@@ -200,7 +200,7 @@ class _Profiles:
         # the first of its line's segments whose most is at least the target (its line's stop
         # if none): a most at least the target ranks at least where the target would
         wanted = _rank_key(
-            line.astype(np.int64), np.searchsorted(self.mosts, target), len(self.mosts)
+            line.astype(np.int64), np.searchsorted(self.ranked, target), len(self.ranked)
         )
         segment = np.searchsorted(self.keys, wanted).astype(np.intp)
         at = np.full(len(work), math.inf)
@@ -618,13 +618,13 @@ class _Kept:
         line_r = np.concatenate(row_line)
         key_r = np.concatenate(row_key)
         work_r = np.concatenate(row_work)
-        # the work queued on each row's key ahead of its job: a running sum per key, added up
-        # in the walk's order (from the key's work before the first job), so the same number
+        # the rows by key, then in the walk's order
         order = np.lexsort((job_r, key_r))
         job_r, line_r, key_r, work_r = job_r[order], line_r[order], key_r[order], work_r[order]
         # The work queued on each row's key ahead of its job: a running sum per key from the
-        # key's work before the first job, all at once (in extended precision, so the same
-        # number as adding them in turn, to far below a millisecond of any start).
+        # key's work before the first job, all at once, in extended precision where the
+        # platform has it: equal to adding them in turn within rounding (far below a
+        # millisecond of any start; ``test_projection.py`` compares the two).
         first_of = np.concatenate(([True], key_r[1:] != key_r[:-1]))
         firsts = np.flatnonzero(first_of)
         segment = np.cumsum(first_of) - 1

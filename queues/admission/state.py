@@ -225,7 +225,8 @@ def work_since_checkpoint(
 
 class State:
     """Mutable capacity and accounting, built from a snapshot. Every change goes through
-    ``take`` and ``give_back`` so the aggregates stay consistent with the per-node numbers."""
+    ``take`` and ``give_back`` (or back to a ``checkpoint`` through ``rollback``) so the
+    aggregates stay consistent with the per-node numbers."""
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -643,8 +644,9 @@ class State:
         """Back to ``saved``: the same holds, reservations, nodes and aggregates, in the time
         it takes to copy them rather than to give back and take again every job that changed.
         Each class's ``class_changes`` goes back with its contents (what was worked out for
-        them before serves again); ``class_version`` and ``eligible_changes`` move on, as with
-        any change, so nothing worked out in between is taken for the state rolled back to."""
+        them before serves again); ``class_version`` moves on, and ``eligible_changes`` when a
+        node's eligibility is put back, as with any change, so nothing worked out in between is
+        taken for the state rolled back to."""
         for pool, free, hbm_free, by_free, eligible, sums in saved.pools:
             pool.free[:] = free
             pool.hbm_free[:] = hbm_free
