@@ -182,9 +182,7 @@ class _Simulation:
             index = len(self.live)
             self.live.append(ask)
             queue = ask.queue
-            capped = (
-                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
-            )
+            capped = queue.caps_users
             self.user_park.append(("u", queue.name, ask.job.user) if capped else None)
             if ask.held_until is not None:
                 self.held.append(index)

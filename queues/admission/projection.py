@@ -257,9 +257,7 @@ def _groups(jobs: Sequence[Ask], chosen: Mapping[JobId, str]) -> _Groups | None:
         if gpu_class is None:
             return None
         queue = ask.queue
-        capped = (
-            queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
-        )
+        capped = queue.caps_users
         key = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
         group = index.get(key)
         if group is None:
@@ -311,10 +309,7 @@ class Tail:
             queue = ask.queue
             caps = capped.get(queue.name)
             if caps is None:
-                caps = capped[queue.name] = (
-                    queue.max_running_jobs_per_user is not None
-                    or queue.max_gpu_eq_per_user is not None
-                )
+                caps = capped[queue.name] = queue.caps_users
             group = (ask.job.team, ask.classes, ask.job.user if caps else None, queue.name, index)
             found = sums.get(group)
             if found is None:
@@ -578,9 +573,7 @@ class _Kept:
         known: dict[tuple[str, str, str, str | None], list[tuple[int, int, bool]]] = {}
         for ask, gpu_class in members:
             queue = ask.queue
-            capped = (
-                queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
-            )
+            capped = queue.caps_users
             group = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
             entries = known.get(group)
             if entries is not None:
@@ -681,9 +674,7 @@ def _shapes(
         demand = ask.min_demand
         work = demand * seconds
         queue = ask.queue
-        capped = (
-            queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None
-        )
+        capped = queue.caps_users
         keys = _shape_keys(ask.job.team, ask.classes, queue.name, ask.job.user if capped else None)
         for key in keys:
             shape = shapes.get(key)
@@ -752,11 +743,7 @@ class _Projection:
         # its reservations; ("ue", queue, user) in GPU-eq and ("uj", queue, user) in jobs
         self.changes: dict[tuple[str, ...], list[tuple[float, int]]] = {}
         changes = self.changes
-        capped = {
-            name
-            for name, terms in state.queues.items()
-            if terms.max_running_jobs_per_user is not None or terms.max_gpu_eq_per_user is not None
-        }
+        capped = {name for name, terms in state.queues.items() if terms.caps_users}
         for start, end, gpu_class, team, queue, user, eq, kind in schedule:
             held: list[tuple[tuple[str, ...], int]] = [(("c", gpu_class), eq)]
             if team:  # not a node away for maintenance, nor a part holding devices only
@@ -793,7 +780,7 @@ class _Projection:
         team = ask.job.team
         users: Route = []
         earliest = least  # and what its user's caps in the queue allow, on any class
-        if queue.max_running_jobs_per_user is not None or queue.max_gpu_eq_per_user is not None:
+        if queue.caps_users:
             users = self.users.get((queue.name, ask.job.user)) or self.user_route(ask)
             for line, queued, _ in users:
                 at = line.when(queued.work)
@@ -838,7 +825,7 @@ class _Projection:
         """Every line ``ask`` queues on on ``gpu_class``: its route there and its user's caps."""
         queue = ask.queue
         route = self.routes.get((ask.job.team, queue.name, gpu_class)) or self.route(ask, gpu_class)
-        if queue.max_running_jobs_per_user is None and queue.max_gpu_eq_per_user is None:
+        if not queue.caps_users:
             return route
         users = self.users.get((queue.name, ask.job.user)) or self.user_route(ask)
         return [*route, *users]

@@ -185,6 +185,11 @@ class Queue:
     def can_borrow(self) -> bool:
         return borrowing_allowed(may_borrow=self.may_borrow, preemption=self.preemption)
 
+    @property
+    def caps_users(self) -> bool:
+        """Whether it limits what one user may run (jobs or GPU-equivalents)."""
+        return self.max_running_jobs_per_user is not None or self.max_gpu_eq_per_user is not None
+
 
 @dataclass(frozen=True, slots=True)
 class Quota:
