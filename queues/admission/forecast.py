@@ -260,7 +260,7 @@ def _replay(
         # not one pass fits the budget: the simulation from now, without seeding the replay's
         # own events (the simulation seeds its own)
         return _simulate_rest(
-            state, list(asks), list(probes), finish, runtime_of, (*projected, never), 0
+            state, list(asks), list(probes), finish, runtime_of, projected, never, 0
         )
     for alloc in state.allocs.values():
         push(finish(alloc), _END, alloc)
@@ -328,7 +328,7 @@ def _replay(
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
     more, more_probes, times = _simulate_rest(
-        state, rest, ghosts, finish, runtime_of, (*projected, never), len(starts)
+        state, rest, ghosts, finish, runtime_of, projected, never, len(starts)
     )
     more.update(starts)
     more_probes.update(probe_starts)
@@ -341,15 +341,16 @@ def _simulate_rest(
     ghosts: list[Ask],
     finish: Callable[[Alloc], datetime],
     runtime_of: Callable[[Ask], timedelta],
-    projected: tuple[int | None, TailRun | None, dict[JobId, str], dict[tuple[JobId, bool], str]],
+    projected: tuple[int | None, TailRun | None, dict[JobId, str]],
+    never: dict[tuple[JobId, bool], str],
     started: int,
 ) -> tuple[
     dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], tuple[datetime, list[float]] | None
 ]:
     """What a replay's budget did not reach (``rest``, ``ghosts``, and with a horizon the tail;
     ``started``: the jobs its passes started): the per-class simulation from ``state.now``
-    (``projected``: the replay's, and why jobs never start)."""
-    horizon, tail, chosen, never = projected
+    (``projected``: the replay's; ``never``: why jobs never start)."""
+    horizon, tail, chosen = projected
     if not rest and not ghosts and tail is None:
         return {}, {}, None
     beyond: dict[str, Any] = {}

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 from datetime import timedelta
 
-from queues.admission import Forecast, PendingJob, Snapshot, plan
+from queues.admission import Forecast, PendingJob, Plan, Snapshot, plan
 from queues.admission.testing import (
     NOW,
     node,
@@ -357,6 +357,21 @@ def test_a_job_submitted_later_never_delays_the_bound_of_a_job_ahead_of_it() -> 
                 assert after[job_id] <= at, (seed, extra, job_id, at, after[job_id])
 
 
+def _mixed_with_history() -> Snapshot:
+    """``mixed(3)`` with every pending job's runtime forecast, so the four scenarios differ."""
+    start = mixed(3)
+    history = Forecast(0.5, 0.25, 0.75)
+    return replace(start, pending=tuple(replace(j, forecast=history) for j in start.pending))
+
+
+def _every_interval_holds_likely_under_the_latest(result: Plan) -> None:
+    for status in result.pending:
+        estimate = status.estimated_start
+        assert estimate.at is not None and estimate.likely is not None
+        assert estimate.range_low is not None and estimate.range_high is not None
+        assert estimate.range_low <= estimate.likely <= estimate.range_high <= estimate.at
+
+
 def test_a_replay_budget_for_fewer_than_two_passes_runs_none(monkeypatch) -> None:
     # The first scenario's replay runs the engine's own passes only while the budget holds two
     # of them, each a check per waiting job and the moments the plan's pass's shadows walked:
@@ -379,9 +394,7 @@ def test_a_replay_budget_for_fewer_than_two_passes_runs_none(monkeypatch) -> Non
 
     monkeypatch.setattr(engine, "forecast", spy_forecast)
     monkeypatch.setattr(forecast, "_replay", spy_replay)
-    start = mixed(3)
-    history = Forecast(0.5, 0.25, 0.75)
-    start = replace(start, pending=tuple(replace(j, forecast=history) for j in start.pending))
+    start = _mixed_with_history()
     waiting = sum(1 for s in plan(start, replay_budget=0).pending if s.reasons)
     assert costs[-1] > 0  # the pass's shadows walked
     cost = waiting + costs[-1]
@@ -392,11 +405,7 @@ def test_a_replay_budget_for_fewer_than_two_passes_runs_none(monkeypatch) -> Non
     one = plan(start, replay_budget=2 * cost - 1)
     assert budgets == [0, 0, 0, 0]
     assert one.admissions == two.admissions
-    for status in one.pending:
-        estimate = status.estimated_start
-        assert estimate.at is not None and estimate.likely is not None
-        assert estimate.range_low is not None and estimate.range_high is not None
-        assert estimate.range_low <= estimate.likely <= estimate.range_high <= estimate.at
+    _every_interval_holds_likely_under_the_latest(one)
 
 
 def test_a_queue_longer_than_eight_passes_of_the_budget_is_replayed_exactly_only_once(
@@ -415,9 +424,7 @@ def test_a_queue_longer_than_eight_passes_of_the_budget_is_replayed_exactly_only
         return real(state, asks, probes, ratio, started, budget, *rest)
 
     monkeypatch.setattr(forecast, "_replay", spy)
-    start = mixed(3)
-    history = Forecast(0.5, 0.25, 0.75)
-    start = replace(start, pending=tuple(replace(j, forecast=history) for j in start.pending))
+    start = _mixed_with_history()
     waiting = sum(1 for s in plan(start, replay_budget=0).pending if s.reasons)
     budgets.clear()
     exact = plan(start, replay_budget=waiting * forecast.LATER_EXACT_PASSES)
@@ -428,8 +435,4 @@ def test_a_queue_longer_than_eight_passes_of_the_budget_is_replayed_exactly_only
     # the same admissions; every waiting job still has its interval around "likely", under
     # "at the latest"
     assert once.admissions == exact.admissions
-    for status in once.pending:
-        estimate = status.estimated_start
-        assert estimate.at is not None and estimate.likely is not None
-        assert estimate.range_low is not None and estimate.range_high is not None
-        assert estimate.range_low <= estimate.likely <= estimate.range_high <= estimate.at
+    _every_interval_holds_likely_under_the_latest(once)
