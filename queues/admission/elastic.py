@@ -228,16 +228,24 @@ def warm_nodes(snapshot: Snapshot) -> dict[str, str]:
 def _provisioning_statuses(
     view: ElasticView, plan: Plan
 ) -> tuple[tuple[PendingStatus, ...], dict[str, list[JobId]]]:
-    """Every status with causes about coming nodes turned into ``Provisioning`` (when a coming
-    node would serve the job, in plan order) or left out (when none would: it keeps today's
-    reasons); and, per pool, the jobs possible nodes are to be asked for."""
+    """Every status with causes about coming nodes turned into ``Provisioning`` (when the
+    forecast starts the job as coming nodes arrive) or left out (when not: it keeps today's
+    reasons); and, per pool, the jobs possible nodes are to be asked for. Coming nodes go to
+    jobs in the order the forecast starts them, so the job a node's arrival starts is the one
+    told so, not one the plan lists earlier that waits for something else."""
     jobs = {job.id: job for job in view.snapshot.pending}
     for coming in view.coming.values():
         coming.free = coming.devices
         coming.jobs = []
-    statuses = []
-    for status in plan.pending:
-        statuses.append(_status(view, status, jobs.get(status.job_id), plan.now))
+    far = datetime.max.replace(tzinfo=plan.now.tzinfo)
+    order = sorted(
+        range(len(plan.pending)),
+        key=lambda i: (plan.pending[i].estimated_start.at or far, i),
+    )
+    statuses = list(plan.pending)
+    for i in order:
+        status = statuses[i]
+        statuses[i] = _status(view, status, jobs.get(status.job_id), plan.now)
     for_jobs: dict[str, list[JobId]] = {}
     for coming in view.coming.values():
         if not coming.requested and coming.jobs:
@@ -275,20 +283,22 @@ def _status(
         r.code in _SHORTAGE and r.details.get("gpu_class") == gpu_class for r in reasons[:index]
     )
     estimate = status.estimated_start
-    node = _place(view, names, job, estimate) if binds and job is not None else None
-    if node is None or job is None:
+    nodes = _place(view, names, job, estimate) if binds and job is not None else []
+    if not nodes or job is None:
         return replace(status, reasons=tuple(r for i, r in enumerate(reasons) if i not in drop))
-    reason = provisioning_reason(job, reasons[index], node, now)
+    reason = provisioning_reason(job, reasons[index], nodes, now)
     kept = [
         reason if i == index else r for i, r in enumerate(reasons) if i == index or i not in drop
     ]
-    if estimate.at is not None and estimate.at == node.ready_by and node.ready < node.ready_by:
-        likely = max(node.ready, now)
+    ready = max(n.ready for n in nodes)
+    ready_by = max(n.ready_by for n in nodes)  # the estimate's "at the latest" (``_place``)
+    if ready < ready_by:
+        likely = max(ready, now)
         estimate = replace(
             estimate,
             likely=likely,
             range_low=min(estimate.range_low or likely, likely),
-            range_high=max(estimate.range_high or node.ready_by, node.ready_by),
+            range_high=max(estimate.range_high or ready_by, ready_by),
         )
     return replace(status, reasons=tuple(kept), estimated_start=estimate)
 
@@ -316,15 +326,19 @@ def _warm_words(reason: PendingReason) -> PendingReason:
 
 def _place(
     view: ElasticView, names: Sequence[str], job: PendingJob, estimate: EstimatedStart
-) -> Coming | None:
-    """The coming node (of ``names``, being provisioned before possible ones, soonest first)
-    that takes the job's pods, first fit in plan order; None when they do not fit, or when the
-    forecast starts the job before any of them could come."""
+) -> list[Coming]:
+    """The coming nodes (of ``names``, being provisioned before possible ones, soonest first)
+    that take the job's pods, first fit, when the forecast starts the job as the last of them
+    arrives; none when their free devices do not hold its pods or when the forecast starts it
+    at another time: before any could come (GPUs free up first), or later (it waits for
+    something else too: its quota, or GPUs the nodes do not hold)."""
+    start = estimate.at
+    if start is None:
+        return []
     nodes = sorted(
-        (view.coming[name] for name in names), key=lambda c: (not c.requested, c.ready, c.name)
+        (view.coming[name] for name in names if view.coming[name].ready_by <= start),
+        key=lambda c: (not c.requested, c.ready, c.name),
     )
-    if estimate.at is not None and nodes and estimate.at < min(c.ready_by for c in nodes):
-        return None
     needed = max(1, job.gpus_per_pod)
     taken: list[Coming] = []
     for _ in range(max(1, job.pods)):
@@ -333,19 +347,24 @@ def _place(
                 taken.append(node)
                 break
         else:
-            return None
+            return []
+    if max(node.ready_by for node in taken) != start:
+        return []
     for node in taken:
         node.free -= needed
         if job.id not in node.jobs:
             node.jobs.append(job.id)
-    return max(taken, key=lambda c: (c.ready_by, c.name))
+    distinct = {node.name: node for node in taken}
+    return sorted(distinct.values(), key=lambda c: (c.ready_by, c.name))
 
 
 def provisioning_reason(
-    job: PendingJob, cause: PendingReason, node: Coming, now: datetime
+    job: PendingJob, cause: PendingReason, nodes: Sequence[Coming], now: datetime
 ) -> PendingReason:
     """``needs 8 h100-80gb GPUs; a node is being provisioned for it, ready in about 6 min
-    (p90 9 min)``."""
+    (p90 9 min)``; with pods on two nodes, ``2 nodes are being provisioned for it``, ready
+    when the later of them is."""
+    node = nodes[-1]
     gpu_class = node.pool.gpu_class
     unit = str(cause.details.get("unit") or "GPU")
     count = max(1, job.pods) * max(1, job.gpus_per_pod)
@@ -353,8 +372,9 @@ def provisioning_reason(
     ready_in = max(node.ready - now, timedelta(0))
     p90_in = max(node.ready_by - now, timedelta(0))
     about = span_text(ready_in) if ready_in >= timedelta(minutes=1) else "under a minute"
+    coming = "a node is" if len(nodes) == 1 else f"{len(nodes)} nodes are"
     message = (
-        f"needs {count} {gpu_class} {noun}; a node is being provisioned for it, "
+        f"needs {count} {gpu_class} {noun}; {coming} being provisioned for it, "
         f"ready in about {about} (p90 {span_text(p90_in)})"
     )
     details = {
@@ -362,13 +382,16 @@ def provisioning_reason(
         "node_pool": node.pool.name,
         "requested": count,
         "unit": unit,
-        "already_requested": node.requested,
+        "nodes": len(nodes),
+        "already_requested": all(n.requested for n in nodes),
         "ready_at": node.ready.isoformat(),
         "ready_by": node.ready_by.isoformat(),
         "ready_in_seconds": int(ready_in.total_seconds()),
         "ready_p90_seconds": int(p90_in.total_seconds()),
     }
     hint = "nothing to do: it starts on the new node once it is Ready, or sooner if GPUs free up"
+    if len(nodes) > 1:
+        hint = "nothing to do: it starts once the new nodes are Ready, or sooner if GPUs free up"
     return PendingReason(ReasonCode.PROVISIONING, message, details, hint)
 
 

@@ -107,6 +107,76 @@ def test_two_jobs_that_fill_a_node_each_ask_for_two() -> None:
     assert result.scale_up == (ScaleUp("h100-pool", 2, (10, 11), 0),)
 
 
+def test_the_node_being_provisioned_goes_to_the_job_its_arrival_starts() -> None:
+    # Job 10 waits longer, so the plan lists it first, but its team's quota is in use for
+    # another hour: the node coming in 9 minutes starts job 11, and only job 11 is told so.
+    result = plan(
+        busy_cluster(
+            nodes=[node("n1"), node("n2")],
+            teams=[team("vision", {H100: 24}), team("speech", {H100: 8})],
+            running=[
+                running(1, "vision", "n1", 8),
+                running(2, "speech", "n2", 8, started=timedelta(hours=3)),
+            ],
+            pending=[
+                pending(10, "speech", gpus=8, waited=timedelta(hours=1)),
+                pending(11, "vision", gpus=8),
+            ],
+            node_pools=(pool(provisioning=(NOW,)),),
+        )
+    )
+    quota_bound = result.status(10)
+    assert quota_bound is not None
+    assert quota_bound.estimated_start.at == NOW + timedelta(hours=1)
+    assert "Provisioning" not in codes(result, 10)
+    assert codes(result, 10)[0] == "QuotaExceeded"
+    started = result.status(11)
+    assert started is not None
+    assert started.estimated_start.at == NOW + 9 * MINUTES
+    assert started.reasons[0].message == (
+        "needs 8 h100-80gb GPUs; a node is being provisioned for it, "
+        "ready in about 6 min (p90 9 min)"
+    )
+    assert result.scale_up == ()
+
+
+def test_a_job_whose_pods_fill_two_coming_nodes_is_told_of_both() -> None:
+    result = plan(
+        busy_cluster(
+            pending=[pending(10, "vision", gpus=8, pods=2)],
+            node_pools=(pool(provisioning=(NOW, NOW)),),
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    assert status.estimated_start.at == NOW + 9 * MINUTES
+    assert status.estimated_start.likely == NOW + 6 * MINUTES
+    reason = status.reasons[0]
+    assert reason.message == (
+        "needs 16 h100-80gb GPUs; 2 nodes are being provisioned for it, "
+        "ready in about 6 min (p90 9 min)"
+    )
+    assert reason.hint == (
+        "nothing to do: it starts once the new nodes are Ready, or sooner if GPUs free up"
+    )
+    assert reason.details["nodes"] == 2
+
+
+def test_a_job_that_needs_more_than_the_coming_node_keeps_its_capacity_reason() -> None:
+    # 16 GPUs: the one node coming holds 8, the rest frees up only when job 1 ends; the node's
+    # arrival does not start it, so it is not told a node is being provisioned for it
+    result = plan(
+        busy_cluster(
+            pending=[pending(10, "vision", gpus=8, pods=2)],
+            node_pools=(pool(provisioning=(NOW,), max_nodes=1),),
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    assert status.estimated_start.at == NOW + 3 * timedelta(hours=1)
+    assert codes(result, 10) == ["InsufficientCapacity"]
+
+
 def test_a_pool_at_its_maximum_keeps_todays_reasons() -> None:
     fixed = plan(busy_cluster(pending=[pending(10, "vision", gpus=8)]))
     full = plan(
