@@ -24,7 +24,6 @@ job.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,41 +103,11 @@ class _Line:
             self.advance(end)
         return self.at
 
-    def profile(self) -> tuple[list[float], list[float], list[float], list[float]]:
-        """The line's walk laid out (``_Profiles``): per segment between two changes, when it
-        begins, the most work the line has got ready by its end (or by an earlier one's), what
-        it has ready when it begins and the capacity free in it."""
-        changes = self.changes
-        times = [at for at, _ in changes]
-        held_after = list(itertools.accumulate(amount for _, amount in changes))
-        # the walk's segments: from 0, and from each later moment something changes
-        starts = [0.0, *sorted({at for at in times if 0.0 < at < math.inf})]
-        free, tops, readies = [], [], []
-        done = 0.0
-        most = -math.inf
-        for index, begin in enumerate(starts):
-            past = bisect.bisect_right(times, begin)
-            held = held_after[past - 1] if past else 0
-            room = max(0, self.capacity - held)
-            end = starts[index + 1] if index + 1 < len(starts) else math.inf
-            free.append(float(room))
-            readies.append(done + room * self.residual if room else -1.0)
-            if not room:
-                tops.append(most)
-                continue
-            if end == math.inf:
-                tops.append(math.inf)
-                break
-            done += room * (end - begin)
-            most = max(most, done + room * self.residual)
-            tops.append(most)
-        return starts[: len(tops)], tops, readies, free
-
 
 @dataclass(frozen=True, slots=True)
 class _Profiles:
-    """Lines' walks laid out one after another (``_Line.profile``), so that one search serves
-    every line: per segment between two changes of a line, when it begins and ends, the most
+    """Lines' walks laid out one after another (``_Line.when``'s segments), so that one search
+    serves every line: per segment between two changes of a line, when it begins and ends, the most
     work the line has got ready by its end or any earlier one's, what it has ready when it
     begins and the capacity free in it; per line, where its segments are. The first segment of
     a line whose most reaches an amount of work is where ``_Line.when`` stops for it."""
@@ -157,36 +126,73 @@ class _Profiles:
 
     @classmethod
     def of(cls, lines: Sequence[_Line]) -> _Profiles:
-        begins: list[float] = []
-        ends: list[float] = []
-        most: list[float] = []
-        ready: list[float] = []
-        free: list[float] = []
-        first, stop = [], []
-        for line in lines:
-            starts, tops, readies, rooms = line.profile()
-            first.append(len(begins))
-            begins += starts
-            ends += [*starts[1:], math.inf]
-            most += tops
-            ready += readies
-            free += rooms
-            stop.append(len(begins))
-        firsts = np.asarray(first, dtype=np.intp)
-        stops = np.asarray(stop, dtype=np.intp)
-        mosts = np.asarray(most, dtype=float)
-        ranked = np.unique(mosts)  # sorted, distinct
-        line_of = np.repeat(np.arange(len(firsts), dtype=np.int64), stops - firsts)
+        """Every line's walk laid out at once, segment by segment from 0 and from each later
+        moment a change comes (a segment of no free capacity, or the last, adds no work): the
+        running sums and maxima are taken line by line in the walk's order, so that they round
+        as its own sums do."""
+        count = len(lines)
+        changes = [change for line in lines for change in line.changes]
+        per_line = np.fromiter((len(line.changes) for line in lines), dtype=np.intp, count=count)
+        table = np.asarray(changes, dtype=float).reshape(len(changes), 2)
+        times, amounts = table[:, 0], table[:, 1]
+        change_line = np.repeat(np.arange(count, dtype=np.intp), per_line)
+        change_first = np.cumsum(per_line) - per_line
+        # held after each change, a running sum per line (whole numbers: exact), and when the
+        # walk begins (after every change at 0 or before)
+        held_after = np.cumsum(amounts)
+        held_zero = np.zeros(count)
+        if len(changes):
+            ahead = np.where(change_first > 0, held_after[change_first - 1], 0.0)
+            held_after -= np.repeat(ahead, per_line)
+            at_zero = np.bincount(change_line[times <= 0.0], minlength=count)
+            upto = held_after[np.maximum(change_first + at_zero - 1, 0)]
+            held_zero = np.where(at_zero > 0, upto, 0.0)
+        # the walk's segments: from 0, and from each later moment something changes (held
+        # after the last change then), ordered by line, then time
+        last_then = np.ones(len(changes), dtype=bool)
+        last_then[:-1] = (change_line[1:] != change_line[:-1]) | (times[1:] != times[:-1])
+        inner = last_then & (times > 0.0) & (times < math.inf)
+        line_of = np.concatenate((np.arange(count, dtype=np.intp), change_line[inner]))
+        begins = np.concatenate((np.zeros(count), times[inner]))
+        held = np.concatenate((held_zero, held_after[inner]))
+        order = np.lexsort((begins, line_of))
+        line_of, begins, held = line_of[order], begins[order], held[order]
+        stops = np.cumsum(np.bincount(line_of, minlength=count))
+        firsts = np.concatenate(([0], stops[:-1])).astype(np.intp)
+        stops = stops.astype(np.intp)
+        last = np.zeros(len(begins), dtype=bool)
+        last[stops - 1] = True
+        ends = np.empty(len(begins))
+        ends[:-1] = begins[1:]
+        ends[last] = math.inf
+        capacity = np.asarray([line.capacity for line in lines], dtype=float)[line_of]
+        residual = np.asarray([line.residual for line in lines], dtype=float)[line_of]
+        free = np.maximum(capacity - held, 0.0)
+        gain = free * np.where(last, 0.0, ends - begins)  # the work done in each
+        done = np.empty(len(begins))  # by each segment's end
+        bounds = list(zip(firsts.tolist(), stops.tolist(), strict=True))
+        for first, stop in bounds:
+            np.cumsum(gain[first:stop], out=done[first:stop])
+        done_before = np.empty(len(begins))
+        done_before[1:] = done[:-1]
+        done_before[firsts] = 0.0
+        room = free > 0
+        ready = np.where(room, done_before + free * residual, -1.0)
+        most = np.where(room, done + free * residual, -math.inf)
+        for first, stop in bounds:
+            np.maximum.accumulate(most[first:stop], out=most[first:stop])
+        most[last & room] = math.inf
+        ranked = np.unique(most)  # sorted, distinct
         return cls(
-            np.asarray(begins, dtype=float),
-            np.asarray(ends, dtype=float),
-            mosts,
-            np.asarray(ready, dtype=float),
-            np.asarray(free, dtype=float),
+            begins,
+            ends,
+            most,
+            ready,
+            free,
             firsts,
             stops,
             ranked,
-            _rank_key(line_of, np.searchsorted(ranked, mosts), len(ranked)),
+            _rank_key(line_of.astype(np.int64), np.searchsorted(ranked, most), len(ranked)),
         )
 
     def when(self, line: np.ndarray, work: np.ndarray) -> np.ndarray:
@@ -516,7 +522,7 @@ class _Kept:
     job's start is then the latest over the lines of its route of when each has done the work
     queued there ahead of it, and that work does not depend on when those jobs start. So per
     line the work ahead of each job is a running sum (numpy), and when it is done is read off
-    the line's profile (``_Line.profile``) by a search: the same numbers as placing each job in
+    the line's walk laid out (``_Profiles``) by a search: the same numbers as placing each job in
     turn (``project``'s walk), without a Python step per job and line."""
 
     def __init__(self, projection: _Projection, jobs: list[Ask]) -> None:
@@ -568,19 +574,11 @@ class _Kept:
         lines: list[_Line] = []
         line_index: dict[int, int] = {}
         key_index: dict[int, int] = {}
-        table: list[list[tuple[int, int, bool]]] = []
-        # a group of the jobs not started and one of the tail's may queue on the same lines
-        known: dict[tuple[str, str, str, str | None], list[tuple[int, int, bool]]] = {}
-        for ask, gpu_class in members:
-            queue = ask.queue
-            capped = queue.caps_users
-            group = (ask.job.team, queue.name, gpu_class, ask.job.user if capped else None)
-            entries = known.get(group)
-            if entries is not None:
-                table.append(entries)
-                continue
-            entries = known[group] = []
-            for line, queued, per_job in projection.job_route(ask, gpu_class):
+
+        def indexed(route: Route) -> list[tuple[int, int, bool]]:
+            """A route's lines and work keys as indexes into ``lines`` and ``kept.queued``."""
+            entries = []
+            for line, queued, per_job in route:
                 li = line_index.setdefault(id(line), len(lines))
                 if li == len(lines):
                     lines.append(line)
@@ -589,16 +587,43 @@ class _Kept:
                     kept.queued.append(queued)
                     kept.start.append(queued.work)
                 entries.append((li, ki, per_job))
-            table.append(entries)
-        width = max(len(entries) for entries in table)
-        line_of = np.full((len(table), width), -1, dtype=np.intp)
-        key_of = np.zeros((len(table), width), dtype=np.intp)
-        per_job_of = np.zeros((len(table), width), dtype=bool)
-        for member, entries in enumerate(table):
-            for slot, (li, ki, per_job) in enumerate(entries):
-                line_of[member, slot] = li
-                key_of[member, slot] = ki
-                per_job_of[member, slot] = per_job
+            return entries
+
+        # A group's lines are its team's route on its class, then its user's caps' (as
+        # ``job_route``'s): each distinct route is indexed once, and the groups' table
+        # assembled from the routes' (a group of the jobs not started and one of the tail's
+        # may share both).
+        routes: dict[tuple[str, str, str], int] = {}
+        users: dict[tuple[str, str], int] = {("", ""): 0}
+        route_rows: list[list[tuple[int, int, bool]]] = []
+        user_rows: list[list[tuple[int, int, bool]]] = [[]]  # 0: no user caps
+        route_of, user_of = [], []
+        for ask, gpu_class in members:
+            queue = ask.queue
+            key = (ask.job.team, queue.name, gpu_class)
+            found = routes.get(key)
+            if found is None:
+                found = routes[key] = len(route_rows)
+                route = projection.routes.get(key) or projection.route(ask, gpu_class)
+                route_rows.append(indexed(route))
+            route_of.append(found)
+            user = 0
+            if queue.caps_users:
+                user_key = (queue.name, ask.job.user)
+                user = users.get(user_key, -1)
+                if user < 0:
+                    user = users[user_key] = len(user_rows)
+                    caps = projection.users.get(user_key) or projection.user_route(ask)
+                    user_rows.append(indexed(caps))
+            user_of.append(user)
+        route_line, route_key, route_per_job = _entry_table(route_rows)
+        user_line, user_key_of, user_per_job = _entry_table(user_rows)
+        on_route = np.asarray(route_of, dtype=np.intp)
+        on_user = np.asarray(user_of, dtype=np.intp)
+        line_of = np.concatenate((route_line[on_route], user_line[on_user]), axis=1)
+        key_of = np.concatenate((route_key[on_route], user_key_of[on_user]), axis=1)
+        per_job_of = np.concatenate((route_per_job[on_route], user_per_job[on_user]), axis=1)
+        width = line_of.shape[1]
         row_job, row_line, row_key, row_work = [], [], [], []
         for slot in range(width):
             on = np.flatnonzero(line_of[group_of, slot] >= 0)
@@ -658,6 +683,21 @@ class _Kept:
         ):
             count = int(np.searchsorted(self.row_jobs[first:stop], jobs_ahead))
             queued.work = float(self.row_after[first + count - 1]) if count else start
+
+
+def _entry_table(rows: list[list[tuple[int, int, bool]]]) -> tuple[np.ndarray, ...]:
+    """Rows of (line, key, per job) entries as three tables, one row each, padded with no line
+    (-1)."""
+    width = max((len(row) for row in rows), default=0)
+    line_of = np.full((len(rows), width), -1, dtype=np.intp)
+    key_of = np.zeros((len(rows), width), dtype=np.intp)
+    per_job_of = np.zeros((len(rows), width), dtype=bool)
+    for index, row in enumerate(rows):
+        for slot, (li, ki, per_job) in enumerate(row):
+            line_of[index, slot] = li
+            key_of[index, slot] = ki
+            per_job_of[index, slot] = per_job
+    return line_of, key_of, per_job_of
 
 
 def _shapes(
