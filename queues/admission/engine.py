@@ -129,10 +129,14 @@ def _plan(
     for probe in probes[next_probe:]:
         if probe_fits_now(run, probe):
             probe_now.add(probe.job.id)
+    # what the forecast estimates: neither a job that can never start (its reason says why)
+    # nor one no class takes in this plan (unless held back until a time)
     waiting = [
         o.ask
         for o in run.outcomes
-        if o.start is None and (not o.ask.static or o.ask.held_until is not None)
+        if o.start is None
+        and (not o.ask.static or o.ask.held_until is not None)
+        and not (o.reasons and o.reasons[0].code is ReasonCode.NEVER_FITS)
     ]
     if not estimates:
         later = EstimatedStart(at=None, why_unknown=NOT_ESTIMATED)

@@ -37,11 +37,12 @@ ANY_TAINT = frozenset({"*"})
 def never_fits(state: State, ask: Ask) -> PendingReason | None:
     """``NeverFits`` for ``ask`` when no class it may use could ever take it; None when one
     could (however long the wait)."""
-    key = (ask.key, ask.queue.name, ask.job.user)
-    if key in state.never_fits_memo:
-        return state.never_fits_memo[key]
-    reason = _for_user(state, ask) or _for_classes(state, ask)
-    state.never_fits_memo[key] = reason
+    # Judged once per kind of ask (``Ask.key``: its queue, capability, shape, team and runtime):
+    # neither the user nor the cluster's use changes the verdict.
+    memo = state.never_fits_memo
+    if ask.key in memo:
+        return memo[ask.key]
+    reason = memo[ask.key] = _for_user(state, ask) or _for_classes(state, ask)
     return reason
 
 

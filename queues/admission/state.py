@@ -271,7 +271,7 @@ class State:
         self.user_eq_caps: dict[str, int] = {}
         # never.py: the verdict per ask (``Ask.key``), queue and user; whether a shape fits a
         # pool (by ``id``) once it is empty
-        self.never_fits_memo: dict[tuple[int, str, str], PendingReason | None] = {}
+        self.never_fits_memo: dict[int, PendingReason | None] = {}
         self.fits_empty_memo: dict[tuple[int, Shape], bool] = {}
         # asks.py: a pool's local nodes grouped by (allocatable CPU, memory), per pool key
         self.node_sizes_memo: dict[PoolKey, dict[tuple[int, int], list[int]]] = {}
