@@ -5,9 +5,10 @@ the nodes that are not there yet as nodes that are out of service until they are
 (cordoned, back at the lead time's 90th percentile): the nodes being provisioned, and as many
 nodes as the pool may still add ("possible" nodes, carrying a taint only the queues that may
 scale the pool up tolerate). The planner's own rules then do the rest: nothing is admitted on
-them now; a job whose shortfall they would cover is told so (a cause that binds); the forecast
-starts it when the node comes, or earlier if GPUs free up first. Here that cause becomes the
-``Provisioning`` reason, and the plan says how many nodes to ask each pool for (``ScaleUp``).
+them now; the forecast starts jobs on them when they come, or on other nodes if GPUs free up
+first, and notes which it starts there (``Plan.landings``). Here those jobs get the
+``Provisioning`` reason in place of the causes about coming nodes, and the plan says how many
+nodes to ask each pool for (``ScaleUp``): the possible nodes the forecast starts jobs on.
 
 A queue's warm floor holds up to that many empty nodes of the class for it (less the nodes its
 jobs run on), with a taint only that queue tolerates; the pool is asked for nodes to keep them.
@@ -25,8 +26,8 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from queues.admission.plan import EstimatedStart, PendingStatus, Plan, ScaleUp
-from queues.admission.reasons import PendingReason, ReasonCode, span_text
+from queues.admission.plan import PendingStatus, Plan, ScaleUp
+from queues.admission.reasons import PendingReason, ReasonCode, span_text, time_text
 from queues.admission.snapshot import (
     COMING_MARK,
     WARM_TAINT,
@@ -64,8 +65,7 @@ class Coming:
     ready: datetime  # expected (the lead time's median after it was asked for)
     ready_by: datetime  # nine times in ten (the 90th percentile)
     devices: int
-    free: int = 0
-    jobs: list[JobId] = field(default_factory=list)
+    jobs: list[JobId] = field(default_factory=list)  # the forecast starts on it (``landings``)
 
 
 @dataclass(slots=True)
@@ -108,7 +108,9 @@ def elastic_view(snapshot: Snapshot) -> ElasticView:
         for number, asked in enumerate(sorted(pool.provisioning), start=1):
             ready_by = max(asked + pool.lead_p90, now + OVERDUE_MARGIN)
             ready = min(max(asked + pool.lead_median, now), ready_by)
-            name = f"{pool.name}{COMING_MARK}{number:03d}-provisioning"
+            # (named to sort before the possible nodes: of two that come at once, the planner
+            # takes the one already asked for first)
+            name = f"{pool.name}{COMING_MARK}asked-{number:03d}"
             coming[name] = Coming(name, pool, True, ready, ready_by, device_count(pool.template))
             nodes.append(_not_yet(pool, name, ready_by, ()))
         if pool.scale_up_queues:
@@ -116,7 +118,7 @@ def elastic_view(snapshot: Snapshot) -> ElasticView:
                 tolerations.setdefault(queue, []).append(SCALE_UP_TAINT + pool.name)
             taint = (f"{SCALE_UP_TAINT}{pool.name}:NoSchedule",)
             for number in range(1, _possible(snapshot, pool, warm_short[pool.name]) + 1):
-                name = f"{pool.name}{COMING_MARK}{number:03d}-new"
+                name = f"{pool.name}{COMING_MARK}new-{number:03d}"
                 ready, ready_by = now + pool.lead_median, now + pool.lead_p90
                 coming[name] = Coming(
                     name, pool, False, ready, ready_by, device_count(pool.template)
@@ -228,29 +230,29 @@ def warm_nodes(snapshot: Snapshot) -> dict[str, str]:
 def _provisioning_statuses(
     view: ElasticView, plan: Plan
 ) -> tuple[tuple[PendingStatus, ...], dict[str, list[JobId]]]:
-    """Every status with causes about coming nodes turned into ``Provisioning`` (when the
-    forecast starts the job as coming nodes arrive) or left out (when not: it keeps today's
-    reasons); and, per pool, the jobs possible nodes are to be asked for. Coming nodes go to
-    jobs in the order the forecast starts them, so the job a node's arrival starts is the one
-    told so, not one the plan lists earlier that waits for something else."""
+    """Every status of a job the forecast starts on coming nodes (``Plan.landings``) with the
+    ``Provisioning`` reason in place of its causes about them (or after its reasons when none
+    names them); every other status without such causes (it keeps today's reasons); and, per
+    pool, the jobs the forecast starts on nodes the pool is yet to be asked for."""
     jobs = {job.id: job for job in view.snapshot.pending}
     for coming in view.coming.values():
-        coming.free = coming.devices
         coming.jobs = []
-    far = datetime.max.replace(tzinfo=plan.now.tzinfo)
-    order = sorted(
-        range(len(plan.pending)),
-        key=lambda i: (plan.pending[i].estimated_start.at or far, i),
-    )
-    statuses = list(plan.pending)
-    for i in order:
-        status = statuses[i]
-        statuses[i] = _status(view, status, jobs.get(status.job_id), plan.now)
+    landed: dict[JobId, tuple[datetime, list[Coming]]] = {}
+    for job_id, start, names in plan.landings:
+        nodes = [view.coming[name] for name in names if name in view.coming]
+        for node in nodes:
+            node.jobs.append(job_id)
+        if nodes:
+            landed[job_id] = (start, sorted(nodes, key=lambda c: (c.ready_by, c.name)))
     for_jobs: dict[str, list[JobId]] = {}
     for coming in view.coming.values():
         if not coming.requested and coming.jobs:
             for_jobs.setdefault(coming.pool.name, []).extend(coming.jobs)
-    return tuple(statuses), for_jobs
+    statuses = tuple(
+        _status(view, status, jobs.get(status.job_id), landed.get(status.job_id), plan.now)
+        for status in plan.pending
+    )
+    return statuses, for_jobs
 
 
 def _about_coming(view: ElasticView, reason: PendingReason) -> list[str] | None:
@@ -264,35 +266,30 @@ def _about_coming(view: ElasticView, reason: PendingReason) -> list[str] | None:
 
 
 def _status(
-    view: ElasticView, status: PendingStatus, job: PendingJob | None, now: datetime
+    view: ElasticView,
+    status: PendingStatus,
+    job: PendingJob | None,
+    landing: tuple[datetime, list[Coming]] | None,
+    now: datetime,
 ) -> PendingStatus:
     if any(WARM_TAINT in r.message for r in status.reasons):
         status = replace(status, reasons=tuple(_warm_words(r) for r in status.reasons))
-    found: list[tuple[int, list[str]]] = []
-    for i, r in enumerate(status.reasons):
-        names_of = _about_coming(view, r)
-        if names_of is not None:
-            found.append((i, names_of))
-    if not found:
-        return status
-    reasons = list(status.reasons)
-    drop = {i for i, _ in found}
-    index, names = found[0]
-    gpu_class = reasons[index].details.get("gpu_class")
-    binds = not any(
-        r.code in _SHORTAGE and r.details.get("gpu_class") == gpu_class for r in reasons[:index]
-    )
+    about = [i for i, r in enumerate(status.reasons) if _about_coming(view, r) is not None]
+    if landing is None or job is None:
+        if not about:
+            return status
+        return replace(
+            status, reasons=tuple(r for i, r in enumerate(status.reasons) if i not in about)
+        )
+    start, nodes = landing
     estimate = status.estimated_start
-    nodes = _place(view, names, job, estimate) if binds and job is not None else []
-    if not nodes or job is None:
-        return replace(status, reasons=tuple(r for i, r in enumerate(reasons) if i not in drop))
-    reason = provisioning_reason(job, reasons[index], nodes, now)
-    kept = [
-        reason if i == index else r for i, r in enumerate(reasons) if i == index or i not in drop
-    ]
+    cause = status.reasons[about[0]] if about else None
+    reason = provisioning_reason(job, cause, nodes, now, start=start)
+    kept = [r for i, r in enumerate(status.reasons) if i not in about]
+    kept.insert(about[0] if about else len(kept), reason)
     ready = max(n.ready for n in nodes)
-    ready_by = max(n.ready_by for n in nodes)  # the estimate's "at the latest" (``_place``)
-    if ready < ready_by:
+    ready_by = max(n.ready_by for n in nodes)
+    if estimate.at == ready_by and ready < ready_by:  # their arrival starts it
         likely = max(ready, now)
         estimate = replace(
             estimate,
@@ -324,58 +321,52 @@ def _warm_words(reason: PendingReason) -> PendingReason:
     return PendingReason(reason.code, message, reason.details, hint)
 
 
-def _place(
-    view: ElasticView, names: Sequence[str], job: PendingJob, estimate: EstimatedStart
-) -> list[Coming]:
-    """The coming nodes (of ``names``, being provisioned before possible ones, soonest first)
-    that take the job's pods, first fit, when the forecast starts the job as the last of them
-    arrives; none when their free devices do not hold its pods or when the forecast starts it
-    at another time: before any could come (GPUs free up first), or later (it waits for
-    something else too: its quota, or GPUs the nodes do not hold)."""
-    start = estimate.at
-    if start is None:
-        return []
-    nodes = sorted(
-        (view.coming[name] for name in names if view.coming[name].ready_by <= start),
-        key=lambda c: (not c.requested, c.ready, c.name),
-    )
-    needed = max(1, job.gpus_per_pod)
-    taken: list[Coming] = []
-    for _ in range(max(1, job.pods)):
-        for node in nodes:
-            if node.free - needed * taken.count(node) >= needed:
-                taken.append(node)
-                break
-        else:
-            return []
-    if max(node.ready_by for node in taken) != start:
-        return []
-    for node in taken:
-        node.free -= needed
-        if job.id not in node.jobs:
-            node.jobs.append(job.id)
-    distinct = {node.name: node for node in taken}
-    return sorted(distinct.values(), key=lambda c: (c.ready_by, c.name))
-
-
 def provisioning_reason(
-    job: PendingJob, cause: PendingReason, nodes: Sequence[Coming], now: datetime
+    job: PendingJob,
+    cause: PendingReason | None,
+    nodes: Sequence[Coming],
+    now: datetime,
+    *,
+    start: datetime,
 ) -> PendingReason:
-    """``needs 8 h100-80gb GPUs; a node is being provisioned for it, ready in about 6 min
-    (p90 9 min)``; with pods on two nodes, ``2 nodes are being provisioned for it``, ready
-    when the later of them is."""
+    """The forecast starts ``job`` at ``start`` (at the latest) on ``nodes``, not there yet.
+    When their arrival starts it: ``needs 8 h100-80gb GPUs; a node is being provisioned for
+    it, ready in about 6 min (p90 9 min)`` (``2 nodes are``, ready when the later is). When
+    it starts there later (jobs ahead of it start there first, or it needs GPUs that free up
+    elsewhere too): ``needs 16 h100-80gb GPUs; its estimate counts on a node being provisioned,
+    ready in about 6 min (p90 9 min)``, the hint saying by when. ``cause``: the reason it had
+    about them, if any (its unit)."""
     node = nodes[-1]
     gpu_class = node.pool.gpu_class
-    unit = str(cause.details.get("unit") or "GPU")
+    unit = str(cause.details.get("unit") or "") if cause is not None else ""
+    unit = unit or _unit(node.pool.template)
     count = max(1, job.pods) * max(1, job.gpus_per_pod)
     noun = unit if count == 1 else f"{unit}s"
     ready_in = max(node.ready - now, timedelta(0))
     p90_in = max(node.ready_by - now, timedelta(0))
     about = span_text(ready_in) if ready_in >= timedelta(minutes=1) else "under a minute"
-    coming = "a node is" if len(nodes) == 1 else f"{len(nodes)} nodes are"
+    arrival = start == node.ready_by
+    several = len(nodes) > 1
+    if arrival:
+        coming = f"{len(nodes)} nodes are" if several else "a node is"
+        what = f"{coming} being provisioned for it"
+        hint = (
+            "nothing to do: it starts once the new nodes are Ready, or sooner if GPUs free up"
+            if several
+            else "nothing to do: it starts on the new node once it is Ready, or sooner if GPUs "
+            "free up"
+        )
+    else:
+        what = "its estimate counts on " + (
+            f"{len(nodes)} nodes being provisioned" if several else "a node being provisioned"
+        )
+        hint = (
+            f"nothing to do: it starts there once enough GPUs free up after the new "
+            f"{'nodes are' if several else 'node is'} Ready, at the latest {time_text(start)}"
+        )
     message = (
-        f"needs {count} {gpu_class} {noun}; {coming} being provisioned for it, "
-        f"ready in about {about} (p90 {span_text(p90_in)})"
+        f"needs {count} {gpu_class} {noun}; {what}, ready in about {about} "
+        f"(p90 {span_text(p90_in)})"
     )
     details = {
         "gpu_class": gpu_class,
@@ -383,16 +374,21 @@ def provisioning_reason(
         "requested": count,
         "unit": unit,
         "nodes": len(nodes),
+        "starts_on_arrival": arrival,
         "already_requested": all(n.requested for n in nodes),
         "ready_at": node.ready.isoformat(),
         "ready_by": node.ready_by.isoformat(),
         "ready_in_seconds": int(ready_in.total_seconds()),
         "ready_p90_seconds": int(p90_in.total_seconds()),
     }
-    hint = "nothing to do: it starts on the new node once it is Ready, or sooner if GPUs free up"
-    if len(nodes) > 1:
-        hint = "nothing to do: it starts once the new nodes are Ready, or sooner if GPUs free up"
     return PendingReason(ReasonCode.PROVISIONING, message, details, hint)
+
+
+def _unit(template: Node) -> str:
+    """What a job's pods ask for on a node like ``template`` (``device_count``), in words."""
+    if template.mig:
+        return "slice"
+    return "replica" if template.time_slice_replicas > 1 else "GPU"
 
 
 def _scale_up(view: ElasticView, for_jobs: Mapping[str, list[JobId]]) -> tuple[ScaleUp, ...]:

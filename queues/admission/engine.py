@@ -26,6 +26,7 @@ import gc
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from queues.admission.asks import Ask, build_asks, build_probe_asks
@@ -142,6 +143,7 @@ def _plan(
         later = EstimatedStart(at=None, why_unknown=NOT_ESTIMATED)
         return _assemble(run, {ask.job.id: later for ask in waiting})
     ghosts = [p for p in probes if p.job.id not in probe_now and not p.static]
+    landing: dict[JobId, tuple[datetime, tuple[str, ...]]] = {}
     starts, probe_starts = forecast(
         state,
         waiting,
@@ -150,12 +152,14 @@ def _plan(
         kept=run.reserved_nodes(),
         horizon=horizon,
         walked=run.walked // WALKED_PER_CHECK,
+        landing=landing if state.coming_nodes else None,
     )
     probe_estimates = tuple(
         (probe.job.id, _probe_start(state, probe, probe_now, probe_starts))
         for probe in sorted(probes, key=lambda p: p.job.id)
     )
-    return _assemble(run, starts, probe_estimates)
+    landings = tuple((job_id, *landing[job_id]) for job_id in sorted(landing))
+    return _assemble(run, starts, probe_estimates, landings)
 
 
 def _probe_start(
@@ -175,6 +179,7 @@ def _assemble(
     run: Pass,
     starts: dict[JobId, EstimatedStart],
     probe_estimates: tuple[tuple[JobId, EstimatedStart], ...] = (),
+    landings: tuple[tuple[JobId, datetime, tuple[str, ...]], ...] = (),
 ) -> Plan:
     state = run.state
     snapshot = state.snapshot
@@ -240,6 +245,7 @@ def _assemble(
         probe_estimates=probe_estimates,
         partial=only is not None,
         planned_nodes=run.planned_nodes(),
+        landings=landings,
     )
 
 

@@ -81,4 +81,6 @@ def hold(state: State, ask: Ask, fit: Fit, start: datetime) -> Alloc:
         lost_work=timedelta(0),
     )
     state.take(alloc)
+    if state.landing is not None:
+        state.note_landing(alloc, start)
     return alloc

@@ -78,12 +78,15 @@ def forecast(
     kept: Mapping[JobId, tuple[str, Placement]] | None = None,
     horizon: int | None = FORECAST_HORIZON,
     walked: int = 0,
+    landing: dict[JobId, tuple[datetime, tuple[str, ...]]] | None = None,
 ) -> tuple[dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The estimated start of every waiting ask and probe, after this plan's pass on ``state``
     (consumed); ``kept``: the nodes the pass's head-of-queue reservations chose
     (``Pass.reserved_nodes``), which each replay's first pass takes first, as every later pass
     takes those of the pass before it; ``walked``: the moments the plan's pass's shadows walked,
-    in job checks, what a replay's pass is expected to walk (``FIRST_EXACT_PASSES``).
+    in job checks, what a replay's pass is expected to walk (``FIRST_EXACT_PASSES``);
+    ``landing``: filled with the jobs the first scenario (at the latest) starts on nodes not
+    there yet (``State.landing``).
 
     Four replays of the engine's own policy forward in time, from the state the pass left: at
     each moment something ends, opens or returns, the same pass (``consider``: plan order,
@@ -144,6 +147,7 @@ def forecast(
             continue
         if replayed:
             state.rollback(mark)
+        state.landing = landing if not replayed else None
         replayed[ratios] = name
 
         def ratio(job_id: JobId, pick: Scenario = pick) -> float:
@@ -171,6 +175,7 @@ def forecast(
         # (the tail's jobs are combined by ``combine_tail``; its probes as the head's)
         results[name][1].update(tail_probe_never)
     state.now = snapshot.now
+    state.landing = None
     latest, probe_latest = results["latest"]
     estimates = {ask.job.id: _combine(ask.job.id, latest, results) for ask in head}
     estimates.update(tail_never)

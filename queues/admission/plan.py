@@ -205,6 +205,9 @@ class Plan:
     # Where the pass reserved each blocked job's start (its head-of-queue reservation), by job
     # id: the next snapshot passes it back as ``PendingJob.planned_nodes``.
     planned_nodes: tuple[tuple[JobId, PlannedNodes], ...] = ()
+    # The jobs the forecast starts (at the latest) on nodes not there yet, by job id: when, and
+    # on which (a node pool's nodes, queues/admission/elastic.py; empty without them).
+    landings: tuple[tuple[JobId, datetime, tuple[str, ...]], ...] = ()
 
     def status(self, job_id: JobId) -> PendingStatus | None:
         """The pending status of ``job_id``, or None if it was admitted or is unknown."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from queues.admission.reasons import PendingReason
 from queues.admission.snapshot import (
+    COMING_MARK,
     CapacityKind,
     GpuClass,
     JobId,
@@ -236,6 +237,12 @@ class State:
         self.queues: dict[str, Queue] = {q.name: q for q in snapshot.queues}
         self.nodes: list[Node] = sorted(snapshot.nodes, key=lambda n: n.name)
         self.node_index = {node.name: i for i, node in enumerate(self.nodes)}
+        # nodes not there yet (a node pool's, elastic.py), and while the forecast's first
+        # scenario runs (``forecast``), each job it starts on one of them: when, and on which
+        self.coming_nodes = frozenset(
+            i for i, node in enumerate(self.nodes) if COMING_MARK in node.name
+        )
+        self.landing: dict[JobId, tuple[datetime, tuple[str, ...]]] | None = None
         self.pools: dict[PoolKey, Pool] = {}
         self.class_pools: dict[str, list[Pool]] = {}
         self.node_pools: list[list[Pool]] = [[] for _ in self.nodes]
@@ -606,6 +613,21 @@ class State:
             self.class_capacity[gpu] += sign * node.gpus * self.scale
             self.class_version[gpu] += 1
             self.class_changes[gpu] = self.changes
+
+    def note_landing(self, alloc: Alloc, start: datetime) -> None:
+        """Keep (in ``landing``) that ``alloc`` starts at ``start`` on nodes not there yet, if
+        it does."""
+        assert self.landing is not None
+        coming = self.coming_nodes
+        names = sorted(
+            {
+                self.nodes[index].name
+                for spot in alloc.spots
+                if (index := spot.pool.nodes[spot.local]) in coming
+            }
+        )
+        if names:
+            self.landing[alloc.job_id] = (start, tuple(names))
 
     def checkpoint(self) -> Checkpoint:
         """What jobs hold, the reservations' being open and the nodes' eligibility now, with

@@ -110,6 +110,7 @@ def test_two_jobs_that_fill_a_node_each_ask_for_two() -> None:
 def test_the_node_being_provisioned_goes_to_the_job_its_arrival_starts() -> None:
     # Job 10 waits longer, so the plan lists it first, but its team's quota is in use for
     # another hour: the node coming in 9 minutes starts job 11, and only job 11 is told so.
+    # (The pool may add no node beyond the one being provisioned: see the next test.)
     result = plan(
         busy_cluster(
             nodes=[node("n1"), node("n2")],
@@ -122,7 +123,7 @@ def test_the_node_being_provisioned_goes_to_the_job_its_arrival_starts() -> None
                 pending(10, "speech", gpus=8, waited=timedelta(hours=1)),
                 pending(11, "vision", gpus=8),
             ],
-            node_pools=(pool(provisioning=(NOW,)),),
+            node_pools=(pool(provisioning=(NOW,), max_nodes=1),),
         )
     )
     quota_bound = result.status(10)
@@ -138,6 +139,32 @@ def test_the_node_being_provisioned_goes_to_the_job_its_arrival_starts() -> None
         "ready in about 6 min (p90 9 min)"
     )
     assert result.scale_up == ()
+
+
+def test_the_pool_is_asked_for_the_node_a_job_behind_a_quota_bound_one_needs() -> None:
+    # Job 10 (first in plan order) waits for its quota; job 11 starts at 9 minutes on a node
+    # the pool adds when asked. The node is asked for, whichever job the plan lists first.
+    result = plan(
+        busy_cluster(
+            nodes=[node("n1"), node("n2")],
+            teams=[team("vision", {H100: 24}), team("speech", {H100: 8})],
+            running=[
+                running(1, "vision", "n1", 8),
+                running(2, "speech", "n2", 8, started=timedelta(hours=3)),
+            ],
+            pending=[
+                pending(10, "speech", gpus=8, waited=timedelta(hours=1)),
+                pending(11, "vision", gpus=8),
+            ],
+            node_pools=(pool(max_nodes=1),),
+        )
+    )
+    started = result.status(11)
+    assert started is not None
+    assert started.estimated_start.at == NOW + 9 * MINUTES
+    assert started.reasons[0].code is ReasonCode.PROVISIONING
+    assert "Provisioning" not in codes(result, 10)
+    assert [(ask.pool, ask.nodes) for ask in result.scale_up] == [("h100-pool", 1)]
 
 
 def test_a_job_whose_pods_fill_two_coming_nodes_is_told_of_both() -> None:
@@ -162,9 +189,9 @@ def test_a_job_whose_pods_fill_two_coming_nodes_is_told_of_both() -> None:
     assert reason.details["nodes"] == 2
 
 
-def test_a_job_that_needs_more_than_the_coming_node_keeps_its_capacity_reason() -> None:
-    # 16 GPUs: the one node coming holds 8, the rest frees up only when job 1 ends; the node's
-    # arrival does not start it, so it is not told a node is being provisioned for it
+def test_a_job_that_needs_more_than_the_coming_node_is_told_its_estimate_counts_on_it() -> None:
+    # 16 GPUs: the one node coming holds 8, the rest frees up only when job 1 ends in 3 hours;
+    # the node's arrival does not start it, but its estimate counts on the node, and says so
     result = plan(
         busy_cluster(
             pending=[pending(10, "vision", gpus=8, pods=2)],
@@ -174,7 +201,37 @@ def test_a_job_that_needs_more_than_the_coming_node_keeps_its_capacity_reason() 
     status = result.status(10)
     assert status is not None
     assert status.estimated_start.at == NOW + 3 * timedelta(hours=1)
-    assert codes(result, 10) == ["InsufficientCapacity"]
+    assert codes(result, 10) == ["InsufficientCapacity", "Provisioning"]
+    reason = status.reasons[1]
+    assert reason.message == (
+        "needs 16 h100-80gb GPUs; its estimate counts on a node being provisioned, "
+        "ready in about 6 min (p90 9 min)"
+    )
+    assert reason.hint == (
+        "nothing to do: it starts there once enough GPUs free up after the new node is Ready, "
+        "at the latest 2025-03-03 15:00 UTC"
+    )
+    assert reason.details["starts_on_arrival"] is False
+    # likely is not moved to the node's median: its arrival is not what starts the job
+    assert status.estimated_start.likely != NOW + 6 * MINUTES
+    assert result.scale_up == ()
+
+
+def test_the_pool_is_asked_for_a_node_the_forecast_counts_on_after_its_arrival() -> None:
+    # 16 GPUs: the node the pool may add and n1 once job 1 ends in 3 hours. The start is not
+    # the node's arrival, but the estimate counts on the node: the pool is asked for it.
+    result = plan(
+        busy_cluster(
+            pending=[pending(10, "vision", gpus=8, pods=2)],
+            node_pools=(pool(max_nodes=1),),
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    assert status.estimated_start.at == NOW + 3 * timedelta(hours=1)
+    assert codes(result, 10) == ["InsufficientCapacity", "Provisioning"]
+    assert status.reasons[1].details["already_requested"] is False
+    assert result.scale_up == (ScaleUp("h100-pool", 1, (10,), 0),)
 
 
 def test_a_pool_at_its_maximum_keeps_todays_reasons() -> None:
