@@ -344,7 +344,11 @@ def provisioning_reason(
     noun = unit if count == 1 else f"{unit}s"
     ready_in = max(node.ready - now, timedelta(0))
     p90_in = max(node.ready_by - now, timedelta(0))
-    about = span_text(ready_in) if ready_in >= timedelta(minutes=1) else "under a minute"
+    when = (
+        f"in about {span_text(ready_in)}"
+        if ready_in >= timedelta(minutes=1)
+        else "in under a minute"
+    )
     arrival = start == node.ready_by
     several = len(nodes) > 1
     if arrival:
@@ -364,10 +368,7 @@ def provisioning_reason(
             f"nothing to do: it starts there once enough GPUs free up after the new "
             f"{'nodes are' if several else 'node is'} Ready, at the latest {time_text(start)}"
         )
-    message = (
-        f"needs {count} {gpu_class} {noun}; {what}, ready in about {about} "
-        f"(p90 {span_text(p90_in)})"
-    )
+    message = f"needs {count} {gpu_class} {noun}; {what}, ready {when} (p90 {span_text(p90_in)})"
     details = {
         "gpu_class": gpu_class,
         "node_pool": node.pool.name,

@@ -234,6 +234,23 @@ def test_the_pool_is_asked_for_a_node_the_forecast_counts_on_after_its_arrival()
     assert result.scale_up == (ScaleUp("h100-pool", 1, (10,), 0),)
 
 
+def test_a_node_due_within_a_minute_is_said_plainly() -> None:
+    # asked for 8 minutes 30 seconds ago: expected in under a minute (its median is 6 min,
+    # overdue), at the latest in 30 seconds (its p90, 9 min)
+    result = plan(
+        busy_cluster(
+            pending=[pending(10, "vision", gpus=8)],
+            node_pools=(pool(provisioning=(NOW - timedelta(minutes=8, seconds=30),)),),
+        )
+    )
+    status = result.status(10)
+    assert status is not None
+    assert status.reasons[0].message == (
+        "needs 8 h100-80gb GPUs; a node is being provisioned for it, "
+        "ready in under a minute (p90 1 min)"
+    )
+
+
 def test_a_pool_at_its_maximum_keeps_todays_reasons() -> None:
     fixed = plan(busy_cluster(pending=[pending(10, "vision", gpus=8)]))
     full = plan(
