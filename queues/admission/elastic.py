@@ -80,7 +80,9 @@ def elastic_plan(snapshot: Snapshot, fixed: Callable[..., Plan], **options: Any)
     """``fixed`` (the planner) on ``snapshot`` with its pools' coming nodes; see the module."""
     view = elastic_view(snapshot)
     plan = fixed(view.snapshot, **options)
-    statuses, for_jobs = _provisioning_statuses(view, plan)
+    statuses, for_jobs = _provisioning_statuses(
+        view, plan, estimated=options.get("estimates", True)
+    )
     scale_up: tuple[ScaleUp, ...] | None = None
     if options.get("estimates", True) and not plan.partial:
         scale_up = _scale_up(view, for_jobs)
@@ -108,9 +110,10 @@ def elastic_view(snapshot: Snapshot) -> ElasticView:
         for number, asked in enumerate(sorted(pool.provisioning), start=1):
             ready_by = max(asked + pool.lead_p90, now + OVERDUE_MARGIN)
             ready = min(max(asked + pool.lead_median, now), ready_by)
-            # (named to sort before the possible nodes: of two that come at once, the planner
-            # takes the one already asked for first)
-            name = f"{pool.name}{COMING_MARK}asked-{number:03d}"
+            # (named to sort after every node there, and before the possible nodes: of two
+            # nodes free at once the planner takes the first by name, so a node there before
+            # one not yet, and one already asked for before one not)
+            name = f"{COMING_MARK}{pool.name}{COMING_MARK}asked-{number:03d}"
             coming[name] = Coming(name, pool, True, ready, ready_by, device_count(pool.template))
             nodes.append(_not_yet(pool, name, ready_by, ()))
         if pool.scale_up_queues:
@@ -118,7 +121,7 @@ def elastic_view(snapshot: Snapshot) -> ElasticView:
                 tolerations.setdefault(queue, []).append(SCALE_UP_TAINT + pool.name)
             taint = (f"{SCALE_UP_TAINT}{pool.name}:NoSchedule",)
             for number in range(1, _possible(snapshot, pool, warm_short[pool.name]) + 1):
-                name = f"{pool.name}{COMING_MARK}new-{number:03d}"
+                name = f"{COMING_MARK}{pool.name}{COMING_MARK}new-{number:03d}"
                 ready, ready_by = now + pool.lead_median, now + pool.lead_p90
                 coming[name] = Coming(
                     name, pool, False, ready, ready_by, device_count(pool.template)
@@ -228,12 +231,17 @@ def warm_nodes(snapshot: Snapshot) -> dict[str, str]:
 
 
 def _provisioning_statuses(
-    view: ElasticView, plan: Plan
+    view: ElasticView, plan: Plan, *, estimated: bool
 ) -> tuple[tuple[PendingStatus, ...], dict[str, list[JobId]]]:
-    """Every status of a job the forecast starts on coming nodes (``Plan.landings``) with the
-    ``Provisioning`` reason in place of its causes about them (or after its reasons when none
-    names them); every other status without such causes (it keeps today's reasons); and, per
-    pool, the jobs the forecast starts on nodes the pool is yet to be asked for."""
+    """Every status of a job that starts on coming nodes with the ``Provisioning`` reason in
+    place of its causes about them (or after its reasons when none names them); every other
+    status without such causes (it keeps today's reasons); and, per pool, the jobs starting on
+    nodes the pool is yet to be asked for.
+
+    Which jobs start on coming nodes, the forecast's simulation says (``Plan.landings``). For
+    the jobs it gives no nodes (every job of a plan without the forecast, and those it projects
+    beyond its horizon), the coming nodes no simulated job starts on are packed in plan order
+    with the jobs whose binding cause names them and whose estimate is not sooner."""
     jobs = {job.id: job for job in view.snapshot.pending}
     for coming in view.coming.values():
         coming.jobs = []
@@ -244,6 +252,16 @@ def _provisioning_statuses(
             node.jobs.append(job_id)
         if nodes:
             landed[job_id] = (start, sorted(nodes, key=lambda c: (c.ready_by, c.name)))
+    free = {name: 0 if coming.jobs else coming.devices for name, coming in view.coming.items()}
+    for status in plan.pending:
+        job = jobs.get(status.job_id)
+        if job is None or (estimated and not status.estimated_start.projected):
+            continue
+        nodes = _packed(view, status, job, free)
+        if nodes:
+            landed[job.id] = (max(node.ready_by for node in nodes), nodes)
+            for node in nodes:
+                node.jobs.append(job.id)
     for_jobs: dict[str, list[JobId]] = {}
     for coming in view.coming.values():
         if not coming.requested and coming.jobs:
@@ -253,6 +271,51 @@ def _provisioning_statuses(
         for status in plan.pending
     )
     return statuses, for_jobs
+
+
+def _packed(
+    view: ElasticView, status: PendingStatus, job: PendingJob, free: dict[str, int]
+) -> list[Coming]:
+    """The coming nodes that take the job's pods, first fit on what ``free`` leaves of them
+    (which it takes), of those named by its first cause about coming nodes when that cause
+    binds (no shortage of the class named before it); none when the estimate starts it before
+    any could come."""
+    found = next(
+        (
+            (i, names)
+            for i, r in enumerate(status.reasons)
+            if (names := _about_coming(view, r)) is not None
+        ),
+        None,
+    )
+    if found is None:
+        return []
+    index, names = found
+    gpu_class = status.reasons[index].details.get("gpu_class")
+    if any(
+        r.code in _SHORTAGE and r.details.get("gpu_class") == gpu_class
+        for r in status.reasons[:index]
+    ):
+        return []
+    nodes = sorted(
+        (view.coming[name] for name in names), key=lambda c: (not c.requested, c.ready, c.name)
+    )
+    at = status.estimated_start.at
+    if at is not None and at < min(node.ready_by for node in nodes):
+        return []
+    needed = max(1, job.gpus_per_pod)
+    taken: list[Coming] = []
+    for _ in range(max(1, job.pods)):
+        for node in nodes:
+            if free[node.name] - needed * taken.count(node) >= needed:
+                taken.append(node)
+                break
+        else:
+            return []
+    for node in taken:
+        free[node.name] -= needed
+    distinct = {node.name: node for node in taken}
+    return sorted(distinct.values(), key=lambda c: (c.ready_by, c.name))
 
 
 def _about_coming(view: ElasticView, reason: PendingReason) -> list[str] | None:
@@ -284,7 +347,7 @@ def _status(
     start, nodes = landing
     estimate = status.estimated_start
     cause = status.reasons[about[0]] if about else None
-    reason = provisioning_reason(job, cause, nodes, now, start=start)
+    reason = provisioning_reason(job, cause, nodes, now, start=start, latest=estimate.at or start)
     kept = [r for i, r in enumerate(status.reasons) if i not in about]
     kept.insert(about[0] if about else len(kept), reason)
     ready = max(n.ready for n in nodes)
@@ -328,14 +391,16 @@ def provisioning_reason(
     now: datetime,
     *,
     start: datetime,
+    latest: datetime | None = None,
 ) -> PendingReason:
     """The forecast starts ``job`` at ``start`` (at the latest) on ``nodes``, not there yet.
     When their arrival starts it: ``needs 8 h100-80gb GPUs; a node is being provisioned for
     it, ready in about 6 min (p90 9 min)`` (``2 nodes are``, ready when the later is). When
     it starts there later (jobs ahead of it start there first, or it needs GPUs that free up
     elsewhere too): ``needs 16 h100-80gb GPUs; its estimate counts on a node being provisioned,
-    ready in about 6 min (p90 9 min)``, the hint saying by when. ``cause``: the reason it had
-    about them, if any (its unit)."""
+    ready in about 6 min (p90 9 min)``, the hint saying by when (``latest``: its estimate at
+    the latest, ``start`` if not given). ``cause``: the reason it had about them, if any (its
+    unit)."""
     node = nodes[-1]
     gpu_class = node.pool.gpu_class
     unit = str(cause.details.get("unit") or "") if cause is not None else ""
@@ -366,7 +431,8 @@ def provisioning_reason(
         )
         hint = (
             f"nothing to do: it starts there once enough GPUs free up after the new "
-            f"{'nodes are' if several else 'node is'} Ready, at the latest {time_text(start)}"
+            f"{'nodes are' if several else 'node is'} Ready, at the latest "
+            f"{time_text(latest or start)}"
         )
     message = f"needs {count} {gpu_class} {noun}; {what}, ready {when} (p90 {span_text(p90_in)})"
     details = {

@@ -251,6 +251,66 @@ def test_a_node_due_within_a_minute_is_said_plainly() -> None:
     )
 
 
+@given(name=st.sampled_from(["a-pool", "h100-pool", "zz-pool"]))
+@settings(max_examples=10, deadline=None)
+def test_a_node_there_is_taken_before_one_not_yet_whatever_the_pool_is_called(name: str) -> None:
+    # n2 frees in 1 hour, as job 10 (held back after a roll-back) may start: it starts on n2,
+    # not on a node the pool would add, and only job 11's node is asked for
+    result = plan(
+        busy_cluster(
+            nodes=[node("n1"), node("n2")],
+            teams=[team("vision", {H100: 32})],
+            running=[
+                running(1, "vision", "n1", 8),
+                running(2, "vision", "n2", 8, started=timedelta(hours=3)),
+            ],
+            pending=[
+                pending(10, "vision", gpus=8, not_before=NOW + timedelta(hours=1), rollbacks=1),
+                pending(11, "vision", gpus=8),
+            ],
+            node_pools=(pool(name=name, max_nodes=2),),
+        )
+    )
+    assert result.scale_up == (ScaleUp(name, 1, (11,), 0),)
+    assert "Provisioning" not in codes(result, 10)
+    assert codes(result, 11)[0] == "Provisioning"
+
+
+def test_a_plan_without_the_forecast_still_says_a_node_is_coming() -> None:
+    # between refreshes the reconcile plans without the forecast; a new job is told all the same
+    snapshot = busy_cluster(
+        pending=[pending(10, "vision", gpus=8)], node_pools=(pool(provisioning=(NOW,)),)
+    )
+    for result in (plan(snapshot, estimates=False), plan(snapshot, estimates=False, explain={10})):
+        assert codes(result, 10) == ["Provisioning", "InsufficientCapacity"]
+        assert result.scale_up is None
+
+
+def test_jobs_projected_beyond_the_horizon_are_packed_onto_the_nodes_left() -> None:
+    # 14 jobs of 8 GPUs, four nodes freeing within minutes, a pool that may add 10: with a
+    # horizon of 2 the simulation places the first jobs, the projection the rest; the pool is
+    # asked for the same 10 nodes either way
+    minute = timedelta(minutes=1)
+    snapshot = busy_cluster(
+        nodes=[node(f"n{i}") for i in range(1, 5)],
+        teams=[team("vision", {H100: 1000})],
+        running=[
+            running(i, "vision", f"n{i}", 8, started=timedelta(hours=4) - i * minute)
+            for i in range(1, 5)
+        ],
+        pending=[pending(100 + k, "vision", gpus=8) for k in range(14)],
+        node_pools=(pool(max_nodes=10),),
+    )
+    simulated = plan(snapshot, horizon=None)
+    projected = plan(snapshot, horizon=2)
+    asked = ScaleUp("h100-pool", 10, tuple(range(104, 114)), 0)
+    assert simulated.scale_up == (asked,)
+    assert projected.scale_up == (asked,)
+    status = projected.status(113)
+    assert status is not None and status.estimated_start.projected
+    assert codes(projected, 113)[0] == "Provisioning"
+
+
 def test_a_pool_at_its_maximum_keeps_todays_reasons() -> None:
     fixed = plan(busy_cluster(pending=[pending(10, "vision", gpus=8)]))
     full = plan(
