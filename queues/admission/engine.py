@@ -256,12 +256,12 @@ def _binding_class_first(
     frees first), keeping their order; a reason about another class never comes first."""
     if gpu_class is None or len(reasons) < 2:
         return reasons
-    other = [r.details.get("gpu_class") not in (None, gpu_class) for r in reasons]
-    if not any(other):
-        return reasons
-    return [r for r, o in zip(reasons, other, strict=True) if not o] + [
-        r for r, o in zip(reasons, other, strict=True) if o
-    ]
+    first: list[PendingReason] = []
+    later: list[PendingReason] = []
+    for reason in reasons:  # (one pass: a plan reorders tens of thousands)
+        about = reason.details.get("gpu_class")
+        (first if about is None or about == gpu_class else later).append(reason)
+    return first + later if later else reasons
 
 
 def _priority_reason(
