@@ -47,6 +47,24 @@ def busy_cluster(**parts):
     return snapshot(**parts)
 
 
+def quota_bound_first(node_pool: NodePool):
+    """Two 8-GPU nodes full (n2 for one more hour); job 10 of team speech, first in plan order,
+    waits for its quota (held by the job on n2) for that hour; job 11 of vision needs 8 GPUs."""
+    return busy_cluster(
+        nodes=[node("n1"), node("n2")],
+        teams=[team("vision", {H100: 24}), team("speech", {H100: 8})],
+        running=[
+            running(1, "vision", "n1", 8),
+            running(2, "speech", "n2", 8, started=timedelta(hours=3)),
+        ],
+        pending=[
+            pending(10, "speech", gpus=8, waited=timedelta(hours=1)),
+            pending(11, "vision", gpus=8),
+        ],
+        node_pools=(node_pool,),
+    )
+
+
 def codes(result: Plan, job_id: int) -> list[str]:
     status = result.status(job_id)
     assert status is not None
@@ -111,21 +129,7 @@ def test_the_node_being_provisioned_goes_to_the_job_its_arrival_starts() -> None
     # Job 10 waits longer, so the plan lists it first, but its team's quota is in use for
     # another hour: the node coming in 9 minutes starts job 11, and only job 11 is told so.
     # (The pool may add no node beyond the one being provisioned: see the next test.)
-    result = plan(
-        busy_cluster(
-            nodes=[node("n1"), node("n2")],
-            teams=[team("vision", {H100: 24}), team("speech", {H100: 8})],
-            running=[
-                running(1, "vision", "n1", 8),
-                running(2, "speech", "n2", 8, started=timedelta(hours=3)),
-            ],
-            pending=[
-                pending(10, "speech", gpus=8, waited=timedelta(hours=1)),
-                pending(11, "vision", gpus=8),
-            ],
-            node_pools=(pool(provisioning=(NOW,), max_nodes=1),),
-        )
-    )
+    result = plan(quota_bound_first(pool(provisioning=(NOW,), max_nodes=1)))
     quota_bound = result.status(10)
     assert quota_bound is not None
     assert quota_bound.estimated_start.at == NOW + timedelta(hours=1)
@@ -144,21 +148,7 @@ def test_the_node_being_provisioned_goes_to_the_job_its_arrival_starts() -> None
 def test_the_pool_is_asked_for_the_node_a_job_behind_a_quota_bound_one_needs() -> None:
     # Job 10 (first in plan order) waits for its quota; job 11 starts at 9 minutes on a node
     # the pool adds when asked. The node is asked for, whichever job the plan lists first.
-    result = plan(
-        busy_cluster(
-            nodes=[node("n1"), node("n2")],
-            teams=[team("vision", {H100: 24}), team("speech", {H100: 8})],
-            running=[
-                running(1, "vision", "n1", 8),
-                running(2, "speech", "n2", 8, started=timedelta(hours=3)),
-            ],
-            pending=[
-                pending(10, "speech", gpus=8, waited=timedelta(hours=1)),
-                pending(11, "vision", gpus=8),
-            ],
-            node_pools=(pool(max_nodes=1),),
-        )
-    )
+    result = plan(quota_bound_first(pool(max_nodes=1)))
     started = result.status(11)
     assert started is not None
     assert started.estimated_start.at == NOW + 9 * MINUTES
