@@ -27,6 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from queues.admission.plan import PendingStatus, Plan, ScaleUp
+from queues.admission.pods import UNIT_WORDS
 from queues.admission.reasons import PendingReason, ReasonCode, span_text, time_text
 from queues.admission.snapshot import (
     COMING_MARK,
@@ -38,6 +39,7 @@ from queues.admission.snapshot import (
     PendingJob,
     Snapshot,
 )
+from queues.admission.state import node_mode
 
 # Taints the planner sees on nodes that are not there yet or held warm; never put on a node.
 SCALE_UP_TAINT = "gpuportal.io/scale-up-"
@@ -404,7 +406,7 @@ def provisioning_reason(
     node = nodes[-1]
     gpu_class = node.pool.gpu_class
     unit = str(cause.details.get("unit") or "") if cause is not None else ""
-    unit = unit or _unit(node.pool.template)
+    unit = unit or UNIT_WORDS[node_mode(node.pool.template)]
     count = max(1, job.pods) * max(1, job.gpus_per_pod)
     noun = unit if count == 1 else f"{unit}s"
     ready_in = max(node.ready - now, timedelta(0))
@@ -449,13 +451,6 @@ def provisioning_reason(
         "ready_p90_seconds": int(p90_in.total_seconds()),
     }
     return PendingReason(ReasonCode.PROVISIONING, message, details, hint)
-
-
-def _unit(template: Node) -> str:
-    """What a job's pods ask for on a node like ``template`` (``device_count``), in words."""
-    if template.mig:
-        return "slice"
-    return "replica" if template.time_slice_replicas > 1 else "GPU"
 
 
 def _scale_up(view: ElasticView, for_jobs: Mapping[str, list[JobId]]) -> tuple[ScaleUp, ...]:
