@@ -28,7 +28,13 @@ from typing import Any
 
 from queues.admission.plan import PendingStatus, Plan, ScaleUp
 from queues.admission.pods import UNIT_WORDS
-from queues.admission.reasons import PendingReason, ReasonCode, span_text, time_text
+from queues.admission.reasons import (
+    PendingReason,
+    ReasonCode,
+    ready_in_text,
+    span_text,
+    time_text,
+)
 from queues.admission.snapshot import (
     COMING_MARK,
     WARM_TAINT,
@@ -411,11 +417,7 @@ def provisioning_reason(
     noun = unit if count == 1 else f"{unit}s"
     ready_in = max(node.ready - now, timedelta(0))
     p90_in = max(node.ready_by - now, timedelta(0))
-    when = (
-        f"in about {span_text(ready_in)}"
-        if ready_in >= timedelta(minutes=1)
-        else "in under a minute"
-    )
+    when = ready_in_text(ready_in)
     arrival = start == node.ready_by
     several = len(nodes) > 1
     if arrival:

@@ -69,6 +69,11 @@ def span_text(span: timedelta) -> str:
     return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
+def ready_in_text(left: timedelta) -> str:
+    """``in about 6 min``, or ``in under a minute`` when less than a minute is left."""
+    return f"in about {span_text(left)}" if left >= timedelta(minutes=1) else "in under a minute"
+
+
 def time_text(when: datetime) -> str:
     """``2025-03-04 14:30 UTC``: always with the date, since a reason is read later and
     elsewhere than it was written (pages show it in the viewer's time zone, see the ``times``

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q, Subquery
 
-from queues.admission.reasons import span_text
+from queues.admission.reasons import ready_in_text, span_text
 from queues.models.policy import CapabilityClass, GpuClass, Queue, Reservation, Team
 
 
@@ -233,10 +233,9 @@ class Job(models.Model):
                 continue
             ready = datetime.fromisoformat(details["ready_at"])
             ready_by = datetime.fromisoformat(details["ready_by"])
-            left = ready - now
-            about = span_text(left) if left >= timedelta(minutes=1) else "under a minute"
             late = max(ready_by - now, timedelta(0))
-            return f"waiting for a new node, ready in about {about} (p90 {span_text(late)})"
+            soon = ready_in_text(ready - now)
+            return f"waiting for a new node, ready {soon} (p90 {span_text(late)})"
         return ""
 
     @property

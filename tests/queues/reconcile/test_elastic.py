@@ -4,7 +4,7 @@ a manual clock), fails some, and removes nodes the portal asks to go."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -415,3 +415,24 @@ def test_people_see_the_scale_up_on_the_job_page_the_catalog_and_ops(elastic, cl
         "<small>as the policy says (no history yet)</small>" in burst
     )
     assert '<td data-label="Day"><small>of which on ' in section
+
+
+_NOW = datetime(2026, 3, 3, 12, 0, tzinfo=UTC)
+
+
+def test_the_job_page_says_a_node_due_within_a_minute_plainly() -> None:
+    # the job page's summary line (no database needed)
+    ready = _NOW + timedelta(seconds=20)
+    job = Job(
+        state="pending",
+        pending_reasons=[
+            {
+                "code": "Provisioning",
+                "details": {
+                    "ready_at": ready.isoformat(),
+                    "ready_by": (ready + timedelta(minutes=1)).isoformat(),
+                },
+            }
+        ],
+    )
+    assert job.new_node_text(_NOW) == "waiting for a new node, ready in under a minute (p90 1 min)"
