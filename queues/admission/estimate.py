@@ -264,10 +264,20 @@ class _Simulation:
                 heapq.heappop(waiting)
                 continue
             if self.still_parked(key, self.live[index], gpu_class):
+                # it stays, but its classes are looked at again, as when it comes back and
+                # parks again: a job behind it there may start now (the key's freeing, say a
+                # user's job ending, touched no class of theirs)
+                _dirty_classes(waiting, index, dirty)
                 return
             heapq.heappop(waiting)
             heapq.heappush(self.heaps[gpu_class], (order, index))
             dirty.add(gpu_class)
+            # on every class it was parked on under the key (its user's, on each of its
+            # classes): back on one only, it would wait there while another has room
+            while waiting and waiting[0][1] == index:
+                gpu_class = heapq.heappop(waiting)[2]
+                heapq.heappush(self.heaps[gpu_class], (order, index))
+                dirty.add(gpu_class)
             return
 
     def still_parked(self, key: ParkKey, ask: Ask, gpu_class: str) -> bool:
@@ -527,6 +537,17 @@ class _Simulation:
 
 
 _BY_END = operator.attrgetter("end", "job_id")
+
+
+def _dirty_classes(waiting: list[Parked], index: int, dirty: set[str]) -> None:
+    """Add to ``dirty`` the classes of the park list's first job (``index``; its entries are
+    the least of the heap, so a walk from the root down through them finds every one)."""
+    todo = [0]
+    while todo:
+        at = todo.pop()
+        if at < len(waiting) and waiting[at][1] == index:
+            dirty.add(waiting[at][2])
+            todo += [2 * at + 1, 2 * at + 2]
 
 
 def _cost_order(state: State) -> list[str]:

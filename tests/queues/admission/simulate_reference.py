@@ -69,6 +69,7 @@ class _Simulation:
         self.heaps: dict[str, list[Entry]] = {name: [] for name in state.classes}
         self.done: list[bool] = []
         self.parked: dict[ParkKey, list[Parked]] = {}
+        self.freed: list[ParkKey] = []  # park lists to look at once this moment's events are in
         self.remaining = 0
         # Ghosts: (order, ghost index) per class; the index follows ``probes``' order, so ties
         # in order go by probe id. ``ghost_seen`` keeps the class version at which a ghost last
@@ -174,6 +175,10 @@ class _Simulation:
                 continue
             heapq.heappush(self.heaps[gpu_class], (order, index))
             dirty.add(gpu_class)
+            while waiting and waiting[0][1] == index:  # its other classes parked there
+                gpu_class = heapq.heappop(waiting)[2]
+                heapq.heappush(self.heaps[gpu_class], (order, index))
+                dirty.add(gpu_class)
             return
 
     # --- the loop ----------------------------------------------------------------------------
@@ -185,6 +190,10 @@ class _Simulation:
             while self.events and self.events[0][0] == now:
                 _, kind, _, payload = heapq.heappop(self.events)
                 self.apply_event(kind, payload, dirty)
+            # parked jobs look again once everything that happens now has happened
+            for key in self.freed:
+                self.unpark(key, dirty)
+            self.freed.clear()
             while dirty:
                 gpu_class = min(dirty, key=self.cost_rank)
                 dirty.discard(gpu_class)
@@ -214,15 +223,17 @@ class _Simulation:
                 return
             state.give_back(payload)
             dirty.add(payload.gpu_class)
-            self.unpark(("t", payload.team, payload.gpu_class), dirty)
-            self.unpark(("u", payload.queue, payload.user), dirty)
+            self.freed += [
+                ("t", payload.team, payload.gpu_class),
+                ("u", payload.queue, payload.user),
+            ]
         elif kind in (RESERVATION_ON, RESERVATION_OFF):
             assert isinstance(payload, int)
             reservation = state.reservations[payload]
             state.set_reservation_active(payload, kind == RESERVATION_ON)
             dirty.add(reservation.gpu_class)
             if kind == RESERVATION_ON:
-                self.unpark(("t", reservation.team, reservation.gpu_class), dirty)
+                self.freed.append(("t", reservation.team, reservation.gpu_class))
         elif kind == NODE_BACK:
             assert isinstance(payload, int)
             state.set_node_eligible(payload, True)
