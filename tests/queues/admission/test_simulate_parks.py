@@ -79,7 +79,7 @@ def test_a_job_parked_by_its_user_cap_comes_back_on_every_class() -> None:
                 3,
                 "u",
                 "h1",
-                queue="urgent",
+                queue="capped",
                 user="bob",
                 started=timedelta(minutes=30),
                 runtime=hours,
