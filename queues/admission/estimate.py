@@ -269,10 +269,7 @@ class _Simulation:
                 # user's job ending, touched no class of theirs)
                 _dirty_classes(waiting, index, dirty)
                 return
-            heapq.heappop(waiting)
-            heapq.heappush(self.heaps[gpu_class], (order, index))
-            dirty.add(gpu_class)
-            # on every class it was parked on under the key (its user's, on each of its
+            # back on every class it was parked on under the key (its user's, on each of its
             # classes): back on one only, it would wait there while another has room
             while waiting and waiting[0][1] == index:
                 gpu_class = heapq.heappop(waiting)[2]
