@@ -456,9 +456,8 @@ def project(
         if tail is not None:
             times = kept.times[len(jobs) :]
         for at, probe in kept.probes_at(ordered[next_ghost:]):
-            kept.queued_at(at)
+            kept.queued_at(at, probe)
             place_ghosts(probe.order)
-        kept.queued_at(len(kept.jobs))
     place_ghosts(math.inf)
     return results, probe_results, times
 
@@ -536,6 +535,7 @@ class _Kept:
         self.row_jobs: np.ndarray = np.empty(0, dtype=np.intp)
         self.row_after: np.ndarray = np.empty(0)
         self.key_rows: list[tuple[int, int]] = []
+        self.key_index: dict[int, int] = {}  # a work key's row by its ``_Queued``'s id
 
     @classmethod
     def of(
@@ -573,7 +573,7 @@ class _Kept:
             return kept
         lines: list[_Line] = []
         line_index: dict[int, int] = {}
-        key_index: dict[int, int] = {}
+        key_index = kept.key_index
 
         def indexed(route: Route) -> list[tuple[int, int, bool]]:
             """A route's lines and work keys as indexes into ``lines`` and ``kept.queued``."""
@@ -667,22 +667,22 @@ class _Kept:
     def probes_at(self, probes: Sequence[Ask]) -> list[tuple[int, Ask]]:
         """``probes`` (in order) among the jobs, each with how many of them are ahead."""
         orders = [ask.order for ask in self.jobs]
-        found = []
-        for probe in probes:
-            at = bisect.bisect_left(orders, probe.order)
-            if at == len(orders):
-                break
-            found.append((at, probe))
-        return found
+        return [(bisect.bisect_left(orders, probe.order), probe) for probe in probes]
 
-    def queued_at(self, jobs_ahead: int) -> None:
-        """Set each key's queued work to what the first ``jobs_ahead`` jobs queued there
-        (ahead of a probe at that place; the walks of the lines only move forward)."""
-        for queued, start, (first, stop) in zip(
-            self.queued, self.start, self.key_rows, strict=True
-        ):
-            count = int(np.searchsorted(self.row_jobs[first:stop], jobs_ahead))
-            queued.work = float(self.row_after[first + count - 1]) if count else start
+    def queued_at(self, jobs_ahead: int, probe: Ask) -> None:
+        """Set the queued work of each key ``probe`` may queue on (on any of its classes) to
+        what the first ``jobs_ahead`` jobs queued there (ahead of it; the walks of the lines
+        only move forward). The other keys are left as they are: only a probe reads them, and
+        each sets its own first."""
+        projection = self.projection
+        for gpu_class in probe.classes:
+            for _, queued, _ in projection.job_route(probe, gpu_class):
+                index = self.key_index.get(id(queued))
+                if index is None:
+                    continue  # no job queues there
+                first, stop = self.key_rows[index]
+                at = bisect.bisect_left(self.row_jobs, jobs_ahead, first, stop)
+                queued.work = float(self.row_after[at - 1]) if at > first else self.start[index]
 
 
 def _entry_table(rows: list[list[tuple[int, int, bool]]]) -> tuple[np.ndarray, ...]:
