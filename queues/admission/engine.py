@@ -23,7 +23,7 @@ shadow, so the plan for real jobs is the same with or without them.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from datetime import datetime
@@ -36,7 +36,7 @@ from queues.admission.forecast import NOT_ESTIMATED, REPLAY_BUDGET, WALKED_PER_C
 from queues.admission.pass_state import Outcome, Pass, kept_from
 from queues.admission.plan import EstimatedStart, PendingStatus, Plan
 from queues.admission.projection import FORECAST_HORIZON
-from queues.admission.reasons import PendingReason, ReasonCode
+from queues.admission.reasons import PendingReason, ReasonCode, TimeTexts
 from queues.admission.scheduler import consider, probe_fits_now
 from queues.admission.snapshot import (
     JobId,
@@ -195,6 +195,7 @@ def _assemble(
     unreachable = _unreachable_reason(snapshot)
     statuses: list[PendingStatus] = []
     only = run.explain_only
+    times = TimeTexts(snapshot.now)
     for outcome in run.outcomes:
         ask = outcome.ask
         job_id = ask.job.id
@@ -212,7 +213,7 @@ def _assemble(
         else:
             estimate = starts[job_id]
         reasons = _binding_class_first(list(outcome.reasons), estimate.gpu_class)
-        priority = _priority_reason(state, ask, position, len(queue_jobs), outcome, estimate)
+        priority = _priority_reason(ask, position, len(queue_jobs), outcome, estimate, times)
         if outcome.would_admit:
             pass
         elif outcome.backfill_blocked_by is not None or not reasons:
@@ -265,7 +266,12 @@ def _binding_class_first(
 
 
 def _priority_reason(
-    state: State, ask: Ask, position: int, length: int, outcome: Outcome, estimate: EstimatedStart
+    ask: Ask,
+    position: int,
+    length: int,
+    outcome: Outcome,
+    estimate: EstimatedStart,
+    times: Callable[[datetime], str],
 ) -> PendingReason:
     message = f"position {position} of {length} in queue {ask.queue.name}"
     details: dict[str, Any] = {
@@ -282,7 +288,7 @@ def _priority_reason(
         details["held_for_job"] = outcome.backfill_blocked_by
     hint = ""
     if estimate.at is not None:
-        hint = f"estimated start {time_text(estimate.at)}"
+        hint = f"estimated start {times(estimate.at)}"
     return PendingReason(ReasonCode.PRIORITY, message, details, hint)
 
 

@@ -82,3 +82,24 @@ def time_text(when: datetime) -> str:
     utc = when if when.tzinfo is None or when.tzinfo is UTC else when.astimezone(UTC)
     # (formatted by hand: half the cost of strftime, and a plan writes one per waiting job)
     return f"{utc.year}-{utc.month:02d}-{utc.day:02d} {utc.hour:02d}:{utc.minute:02d} UTC"
+
+
+class TimeTexts:
+    """``time_text`` of many times near ``near`` (naive or aware as it is), each minute's
+    formatted once: a plan writes one per waiting job, and tens of thousands share a few
+    thousand minutes."""
+
+    def __init__(self, near: datetime) -> None:
+        utc = near if near.tzinfo is None else near.astimezone(UTC)  # a minute of UTC's
+        self.base = utc.replace(second=0, microsecond=0)
+        self.texts: dict[int, str] = {}
+
+    def __call__(self, when: datetime) -> str:
+        minute = (when - self.base) // _MINUTE
+        text = self.texts.get(minute)
+        if text is None:
+            text = self.texts[minute] = time_text(when)
+        return text
+
+
+_MINUTE = timedelta(minutes=1)

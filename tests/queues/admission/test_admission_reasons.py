@@ -943,3 +943,28 @@ def test_a_reasons_time_is_the_utc_minute_with_its_date_whatever_the_zone_given(
 
     utc = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
     assert time_text(when) == utc.strftime("%Y-%m-%d %H:%M UTC")
+
+
+@given(
+    st.sampled_from(
+        [None, UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(seconds=-30))]
+    ).flatmap(
+        lambda zone: st.tuples(
+            st.datetimes(datetime(2020, 1, 1), datetime(2030, 1, 1), timezones=st.just(zone)),
+            st.lists(
+                st.timedeltas(-timedelta(minutes=5), timedelta(minutes=5))
+                | st.timedeltas(-timedelta(days=3), timedelta(days=30)),
+                max_size=30,
+            ),
+        )
+    )
+)
+def test_a_plans_times_formatted_once_a_minute_read_as_each_formatted_alone(near_and_offsets):
+    """``TimeTexts`` (one text per minute, for the tens of thousands of estimates of a plan)
+    gives each time the text ``time_text`` gives it, in any zone, a minute not of UTC's too."""
+    from queues.admission.reasons import TimeTexts, time_text
+
+    near, offsets = near_and_offsets
+    texts = TimeTexts(near)
+    for when in [near + offset for offset in offsets] * 2:
+        assert texts(when) == time_text(when)
