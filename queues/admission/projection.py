@@ -348,13 +348,7 @@ class Tail:
         shapes: dict[tuple[str, ...], _Shape] = {}
         for keys, kind, work, longer, wider in self.groups:
             share = ratios[kind]
-            for key in keys:
-                shape = shapes.get(key)
-                if shape is None:
-                    shape = shapes[key] = _Shape()
-                shape.work += work * share
-                shape.longer += longer * share * share
-                shape.wider += wider * share
+            _add_shape(shapes, keys, work * share, longer * share * share, wider * share)
         return TailRun(self, runtimes, shapes)
 
 
@@ -710,20 +704,39 @@ def _shapes(
     queue there (added to ``into``'s, a ``TailRun.shapes``, which it changes: a ``TailRun``
     is projected once)."""
     shapes: dict[tuple[str, ...], _Shape] = {} if into is None else into
+    # summed per group of jobs that queue on the same keys first (as ``Tail.of`` does)
+    sums: dict[tuple[str, tuple[str, ...], str, str | None], list[float]] = {}
     for ask, seconds in zip(jobs, runtimes, strict=True):
         demand = ask.min_demand
         work = demand * seconds
         queue = ask.queue
-        capped = queue.caps_users
-        keys = _shape_keys(ask.job.team, ask.classes, queue.name, ask.job.user if capped else None)
-        for key in keys:
-            shape = shapes.get(key)
-            if shape is None:
-                shape = shapes[key] = _Shape()
-            shape.work += work
-            shape.longer += work * seconds
-            shape.wider += work * demand
+        group = (ask.job.team, ask.classes, queue.name, ask.job.user if queue.caps_users else None)
+        found = sums.get(group)
+        if found is None:
+            found = sums[group] = [0.0, 0.0, 0.0]
+        found[0] += work
+        found[1] += work * seconds
+        found[2] += work * demand
+    for group, (work, longer, wider) in sums.items():
+        _add_shape(shapes, _shape_keys(*group), work, longer, wider)
     return shapes
+
+
+def _add_shape(
+    shapes: dict[tuple[str, ...], _Shape],
+    keys: Iterable[tuple[str, ...]],
+    work: float,
+    longer: float,
+    wider: float,
+) -> None:
+    """Add a group of jobs' sums (``_Shape``'s) to each of the keys it queues on."""
+    for key in keys:
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = _Shape()
+        shape.work += work
+        shape.longer += longer
+        shape.wider += wider
 
 
 def _shape_keys(
