@@ -298,7 +298,7 @@ class Tail:
     @classmethod
     def of(cls, jobs: list[Ask], probes: list[Ask], kind_of: Callable[[Ask], Forecast]) -> Tail:
         tail = cls(jobs, probes)
-        kinds: dict[Forecast, int] = {}
+        kinds: dict[tuple[float, float, float], int] = {}  # (by value, as ``forecast``'s)
         limits: list[float] = []
         kind_index: list[int] = []
         # by team, classes, user (in a queue that caps users), queue, forecast (its index)
@@ -307,9 +307,11 @@ class Tail:
         for ask in jobs:
             limit = ask.runtime.total_seconds()
             kind = kind_of(ask)
-            index = kinds.get(kind)
+            value = (kind.likely, kind.low, kind.high)
+            index = kinds.get(value)
             if index is None:
-                index = kinds[kind] = len(kinds)
+                index = kinds[value] = len(kinds)
+                tail.kinds.append(kind)
             limits.append(limit)
             kind_index.append(index)
             queue = ask.queue
@@ -326,7 +328,6 @@ class Tail:
             found[1] += work * limit
             found[2] += work * demand
         tail.limits = np.asarray(limits, dtype=float)
-        tail.kinds = list(kinds)
         tail.kind_of = np.asarray(kind_index, dtype=np.intp)
         for (team, classes, user, queue_name, index), (work, longer, wider) in sums.items():
             keys = _shape_keys(team, classes, queue_name, user)
