@@ -19,6 +19,7 @@ from queues.admission import Forecast, Plan, Snapshot, plan, projection
 from queues.admission.asks import Ask, build_asks
 from queues.admission.forecast import _combine
 from queues.admission.plan import PROJECTED_NOTE, EstimatedStart
+from queues.admission.snapshot import NO_HISTORY
 from queues.admission.state import State
 from queues.admission.testing import (
     NOW,
@@ -411,7 +412,7 @@ def test_the_tails_estimates_combined_at_once_are_the_scenarios_combined_one_by_
         )
         for index, ask in enumerate([_ask()] * len(latest))
     ]
-    tail = projection.Tail.of(jobs, [], lambda ask: None)
+    tail = projection.Tail.of(jobs, [], lambda ask: NO_HISTORY)
     scenarios = []
     for scenario in range(4):
         origin = NOW + timedelta(seconds=gaps[scenario] or 0.0)
