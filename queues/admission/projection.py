@@ -821,6 +821,7 @@ class _Projection:
         self.queued: dict[tuple[str, ...], _Queued] = {}
         self.routes: dict[tuple[str, str, str], Route] = {}  # by team, queue, class
         self.users: dict[tuple[str, str], Route] = {}  # by queue, user
+        self.options: dict[int, list[tuple[str, Route]]] = {}  # by ``Ask.key`` (``options_of``)
         self.chosen: dict[JobId, str] = {}  # the class a job was placed on (``place``)
 
     def place(
@@ -841,12 +842,15 @@ class _Projection:
                 if at > earliest:
                     earliest = at
         best, chosen, chosen_route = math.inf, None, users
-        routes = self.routes
         kept = self.chosen.get(ask.job.id) if keep else None
-        candidates = ask.classes if kept is None else (kept,)
+        keeping = kept is not None
+        if not keeping:
+            candidates = self.options.get(ask.key) or self.options_of(ask)
+        else:
+            route = self.routes.get((team, queue.name, kept)) or self.route(ask, kept)
+            candidates = [(kept, route)]
         while True:
-            for gpu_class in candidates:
-                route = routes.get((team, queue.name, gpu_class)) or self.route(ask, gpu_class)
+            for gpu_class, route in candidates:
                 when = earliest
                 for line, queued, _ in route:
                     work = queued.work
@@ -862,18 +866,30 @@ class _Projection:
                         when = at
                 if when < best:
                     best, chosen, chosen_route = when, gpu_class, route
-            if chosen is not None or candidates == ask.classes:
+            if chosen is not None or not keeping:
                 break
             # The class kept has no start here: the first scenario started the job on capacity
             # a projection does not count (a reservation its queue is not limited to, say). It
             # chooses again in this scenario only (``chosen`` is not changed, so the scenarios
             # after it keep the first one's class as well).
-            candidates = ask.classes
+            candidates = self.options.get(ask.key) or self.options_of(ask)
+            keeping = False
         if keep and kept is None and chosen is not None:
             self.chosen[ask.job.id] = chosen
         if users and chosen is not None:
             chosen_route = [*chosen_route, *users]
         return best, chosen, chosen_route
+
+    def options_of(self, ask: Ask) -> list[tuple[str, Route]]:
+        """Each class ``ask`` may use and its route there, the same for every ask of its key
+        (``Ask.key``: its team, queue and capability among them)."""
+        routes = self.routes
+        team, queue = ask.job.team, ask.queue.name
+        found = self.options[ask.key] = [
+            (gpu_class, routes.get((team, queue, gpu_class)) or self.route(ask, gpu_class))
+            for gpu_class in ask.classes
+        ]
+        return found
 
     def job_route(self, ask: Ask, gpu_class: str) -> Route:
         """Every line ``ask`` queues on on ``gpu_class``: its route there and its user's caps."""
