@@ -132,9 +132,7 @@ def forecast(
     last = head[-1].order if tail else math.inf
     head_probes = [p for p in probes if p.order <= last]
     # what may start of the tail, worked out once for every scenario; what may not, told why
-    behind, tail_never, tail_probe_never = _tail(
-        state, tail, [p for p in probes if p.order > last], forecasts
-    )
+    behind, tail_never, tail_probe_never = _tail(state, tail, [p for p in probes if p.order > last])
     tails: dict[str, tuple[datetime, list[float]]] = {}  # the tail's starts, by scenario
     checks = sum(ask.held_until is None for ask in head) + len(head_probes)
     exact_first = (checks + walked) * FIRST_EXACT_PASSES <= budget
@@ -377,7 +375,6 @@ def _tail(
     state: State,
     asks: Sequence[Ask],
     probes: Sequence[Ask],
-    forecasts: Mapping[JobId, Forecast],
 ) -> tuple[Tail | None, dict[JobId, EstimatedStart], dict[JobId, EstimatedStart]]:
     """The tail behind the simulated head (None: no tail) of what may start, and the estimates
     of the tail's jobs and probes that never start (why)."""
@@ -395,7 +392,7 @@ def _tail(
                 told[ask.job.id] = EstimatedStart(at=None, why_unknown=reason.message)
             else:
                 kept.append(ask)
-    tail = Tail.of(jobs, ghosts, lambda ask: forecasts.get(ask.job.id, NO_HISTORY))
+    tail = Tail.of(jobs, ghosts, lambda ask: ask.job.forecast or NO_HISTORY)
     return tail, results, probe_results
 
 

@@ -844,7 +844,7 @@ class _Projection:
         best, chosen, chosen_route = math.inf, None, users
         kept = self.chosen.get(ask.job.id) if keep else None
         keeping = kept is not None
-        if not keeping:
+        if kept is None:
             candidates = self.options.get(ask.key) or self.options_of(ask)
         else:
             route = self.routes.get((team, queue.name, kept)) or self.route(ask, kept)
