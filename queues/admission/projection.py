@@ -403,13 +403,15 @@ def project(
     )
     next_ghost = 0
 
+    def place_ghost(probe: Ask) -> None:
+        when, gpu_class, _ = place(probe, least(probe_floor_of, probe.job.id), False)
+        probe_results[probe.job.id] = estimate(probe, when, gpu_class)
+
     def place_ghosts(up_to: float) -> None:
         """The probes up to order ``up_to``, at their place: after the jobs ahead of them."""
         nonlocal next_ghost
         while next_ghost < len(ordered) and ordered[next_ghost].order <= up_to:
-            probe = ordered[next_ghost]
-            when, gpu_class, _ = place(probe, least(probe_floor_of, probe.job.id), False)
-            probe_results[probe.job.id] = estimate(probe, when, gpu_class)
+            place_ghost(ordered[next_ghost])
             next_ghost += 1
 
     def walk(
@@ -451,8 +453,9 @@ def project(
         if tail is not None:
             times = kept.times[len(jobs) :]
         for at, probe in kept.probes_at(ordered[next_ghost:]):
-            kept.queued_at(at, probe)
-            place_ghosts(probe.order)
+            kept.queued_at(at, probe)  # (only the keys this probe reads)
+            place_ghost(probe)
+        next_ghost = len(ordered)
     place_ghosts(math.inf)
     return results, probe_results, times
 

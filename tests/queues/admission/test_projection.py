@@ -311,6 +311,25 @@ def test_the_tail_projected_at_once_is_the_tail_projected_job_by_job() -> None:
     assert _apart(at_once, _job_by_job(start, 200)) < 0.001
 
 
+
+def test_probes_at_the_same_place_in_the_tail_each_see_the_work_queued_ahead_of_them() -> None:
+    # Two probes of one team in one queue stand at the same place in plan order (same priority,
+    # team and submit time), deep in the tail; one asks for H100s, the other for any 40 GB GPU.
+    # Projected at once, each probe reads the work the tail's jobs queued ahead of it on its own
+    # classes, as job by job: once, the second read the classes' work as it was before the tail.
+    start = build_snapshot(3000)
+    first = replace(
+        start.pending[0], id=900_001, queue="batch", capability="h100", pods=1, gpus_per_pod=8
+    )
+    second = replace(first, id=900_002, capability="any-40gb", gpus_per_pod=4)
+    start = replace(start, probes=(first, second))
+    at_once = plan(start, horizon=200)
+    by_job = _job_by_job(start, 200)
+    estimates = dict(at_once.probe_estimates)
+    assert [estimates[900_001].projected, estimates[900_002].projected] == [True, True]
+    assert _apart(at_once, by_job) < 0.001
+
+
 FORECASTS = (Forecast(0.5, 0.25, 1.0), Forecast(0.8, 0.4, 0.95), Forecast(0.3, 0.1, 0.7))
 
 
