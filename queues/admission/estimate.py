@@ -37,6 +37,7 @@ import heapq
 import math
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from queues.admission.asks import Ask
@@ -59,13 +60,37 @@ NEVER_FOUND = (
 )
 
 
+@dataclass(slots=True)
+class Memo:
+    """What a simulation keeps for the next one of the same jobs (the forecast's scenarios
+    differ only in how long jobs run): why each job, or probe, can never start ("" if it may;
+    ``never_why``), and the real jobs as queued when it begins (``_Simulation.enqueue``)."""
+
+    never: dict[tuple[JobId, bool], str] = field(default_factory=dict)
+    queued: _Enqueued | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Enqueued:
+    """``_Simulation.enqueue``'s work for ``asks`` (these objects, in this order): the jobs that
+    may start, their users' park lists, those held back, each class's heap (copied by each
+    simulation: it pops them) and the estimates of those that never start."""
+
+    asks: tuple[Ask, ...]
+    live: list[Ask]
+    user_park: list[ParkKey | None]
+    held: list[int]
+    heaps: dict[str, list[Entry]]
+    results: dict[JobId, EstimatedStart]
+
+
 def simulate(
     state: State,
     asks: Sequence[Ask],
     probes: Sequence[Ask] = (),
     finish: Callable[[Alloc], datetime] | None = None,
     runtime_of: Callable[[Ask], timedelta] | None = None,
-    never: dict[tuple[JobId, bool], str] | None = None,
+    memo: Memo | None = None,
     horizon: int | None = None,
     tail: TailRun | None = None,
     chosen: dict[JobId, str] | None = None,
@@ -74,8 +99,7 @@ def simulate(
     module docstring). Consumes ``state`` (it runs the clock forward on it). The real jobs'
     estimates are the same with or without probes. ``finish`` says when a job holding GPUs
     ends and ``runtime_of`` how long a job started in the simulation runs (default: their
-    runtime limits). ``never`` keeps, by job (and whether it is a probe), why it can never
-    start ("" if it may), for the next simulation of the same jobs.
+    runtime limits). ``memo`` keeps what the next simulation of the same jobs may reuse.
 
     With ``horizon`` the simulation stops once that many jobs have started (at the end of that
     moment), and the jobs and probes it did not start, then ``tail``'s (the jobs and probes
@@ -86,8 +110,8 @@ def simulate(
     simulation = _Simulation(state)
     simulation.horizon = horizon
     simulation.chosen = chosen
-    if never is not None:
-        simulation.never = never
+    if memo is not None:
+        simulation.memo = memo
     if finish is not None:
         simulation.finish = finish
     if runtime_of is not None:
@@ -153,7 +177,7 @@ class _Simulation:
         self.cost_order = {name: i for i, name in enumerate(_cost_order(state))}
         self.finish: Callable[[Alloc], datetime] = lambda alloc: alloc.end
         self.runtime_of: Callable[[Ask], timedelta] = lambda ask: ask.runtime
-        self.never: dict[tuple[JobId, bool], str] = {}  # ``never_why`` by job (or probe)
+        self.memo = Memo()
         self.horizon: int | None = None  # starts after which the rest is projected
         self.clock = state.now  # the last moment simulated
         self.cut = False  # whether the horizon stopped it
@@ -169,11 +193,35 @@ class _Simulation:
 
     def never_why(self, ask: Ask, *, probe: bool = False) -> str:
         """Why ``ask`` can never start ("" if it may)."""
-        return never_why(self.state, ask, self.never, probe=probe)
+        return never_why(self.state, ask, self.memo.never, probe=probe)
 
     def enqueue(self, asks: Sequence[Ask]) -> None:
         """Put every real job that may start into the heaps of its classes (a job held back
-        after roll-backs joins them when its back-off ends)."""
+        after roll-backs joins them when its back-off ends); as the last simulation of the
+        same asks did, if its memo has it."""
+        queued = self.memo.queued
+        if (
+            queued is not None
+            and len(queued.asks) == len(asks)
+            and all(map(operator.is_, queued.asks, asks))
+        ):
+            self.live, self.user_park, self.held = queued.live, queued.user_park, queued.held
+            self.heaps = {name: list(heap) for name, heap in queued.heaps.items()}
+            self.results.update(queued.results)
+        else:
+            self._enqueue(asks)
+            self.memo.queued = _Enqueued(
+                tuple(asks),
+                self.live,
+                self.user_park,
+                self.held,
+                {name: list(heap) for name, heap in self.heaps.items()},
+                dict(self.results),
+            )
+        self.done = [False] * len(self.live)
+        self.remaining = len(self.live)
+
+    def _enqueue(self, asks: Sequence[Ask]) -> None:
         for ask in asks:
             why = self.never_why(ask)
             if why:
@@ -191,8 +239,6 @@ class _Simulation:
                 self.heaps[gpu_class].append((ask.order, index))
         for heap in self.heaps.values():
             heapq.heapify(heap)
-        self.done = [False] * len(self.live)
-        self.remaining = len(self.live)
 
     def enqueue_ghosts(self, probes: Sequence[Ask]) -> None:
         for ask in probes:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from queues.admission.asks import Ask
-from queues.admission.estimate import simulate
+from queues.admission.estimate import Memo, simulate
 from queues.admission.never import never_fits
 from queues.admission.pass_state import Pass
 from queues.admission.plan import EstimatedStart
@@ -119,7 +119,7 @@ def forecast(
     # over tens of thousands of jobs)
     distinct = {(f.likely, f.low, f.high): f for f in (NO_HISTORY, *forecasts.values())}.values()
     replayed: dict[tuple[float, ...], str] = {}
-    never: dict[tuple[JobId, bool], str] = {}  # why a job can never start: every replay's
+    memo = Memo()  # what every replay's simulation may reuse (why a job can never start...)
     # the class the first replay started each job on, simulated or projected; the others keep it
     chosen: dict[JobId, str] = {}
     # The head of the queue is replayed exactly, the tail projected behind it (``project``).
@@ -161,7 +161,7 @@ def forecast(
             started,
             budget if (exact_first and len(replayed) == 1) or exact_later else 0,
             dict(kept or {}),
-            never,
+            memo,
             (horizon, behind.run(pick) if behind is not None else None, chosen),
         )
         results[name] = (starts, probe_starts)
@@ -233,7 +233,7 @@ def _replay(
     started: dict[JobId, tuple[datetime, timedelta]],
     budget: int,
     kept: dict[JobId, tuple[str, Placement]],
-    never: dict[tuple[JobId, bool], str],
+    memo: Memo,
     projected: tuple[int | None, TailRun | None, dict[JobId, str]],
 ) -> tuple[
     dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], tuple[datetime, list[float]] | None
@@ -265,7 +265,7 @@ def _replay(
         # not one pass fits the budget: the simulation from now, without seeding the replay's
         # own events (the simulation seeds its own)
         return _simulate_rest(
-            state, list(asks), list(probes), finish, runtime_of, projected, never, 0
+            state, list(asks), list(probes), finish, runtime_of, projected, memo, 0
         )
     for alloc in state.allocs.values():
         push(finish(alloc), _END, alloc)
@@ -333,7 +333,7 @@ def _replay(
     held = [e[3] for e in events if e[1] == _HELD_ENDS]
     rest = [*waiting, *(a for a in held if isinstance(a, Ask))]
     more, more_probes, times = _simulate_rest(
-        state, rest, ghosts, finish, runtime_of, projected, never, len(starts)
+        state, rest, ghosts, finish, runtime_of, projected, memo, len(starts)
     )
     more.update(starts)
     more_probes.update(probe_starts)
@@ -347,14 +347,14 @@ def _simulate_rest(
     finish: Callable[[Alloc], datetime],
     runtime_of: Callable[[Ask], timedelta],
     projected: tuple[int | None, TailRun | None, dict[JobId, str]],
-    never: dict[tuple[JobId, bool], str],
+    memo: Memo,
     started: int,
 ) -> tuple[
     dict[JobId, EstimatedStart], dict[JobId, EstimatedStart], tuple[datetime, list[float]] | None
 ]:
     """What a replay's budget did not reach (``rest``, ``ghosts``, and with a horizon the tail;
     ``started``: the jobs its passes started): the per-class simulation from ``state.now``
-    (``projected``: the replay's; ``never``: why jobs never start)."""
+    (``projected``: the replay's; ``memo``: what simulations of the same jobs reuse)."""
     horizon, tail, chosen = projected
     if not rest and not ghosts and tail is None:
         return {}, {}, None
@@ -363,7 +363,7 @@ def _simulate_rest(
         beyond = {
             "horizon": max(0, horizon - started),
             "tail": tail,
-            "never": never,
+            "memo": memo,
             "chosen": chosen,
         }
     origin = state.now

@@ -311,7 +311,6 @@ def test_the_tail_projected_at_once_is_the_tail_projected_job_by_job() -> None:
     assert _apart(at_once, _job_by_job(start, 200)) < 0.001
 
 
-
 def test_probes_at_the_same_place_in_the_tail_each_see_the_work_queued_ahead_of_them() -> None:
     # Two probes of one team in one queue stand at the same place in plan order (same priority,
     # team and submit time), deep in the tail; one asks for H100s, the other for any 40 GB GPU.
