@@ -301,11 +301,16 @@ class Tail:
         kinds: dict[tuple[float, float, float], int] = {}  # (by value, as ``forecast``'s)
         limits: list[float] = []
         kind_index: list[int] = []
-        # by team, classes, user (in a queue that caps users), queue, forecast (its index)
-        sums: dict[tuple[str, tuple[str, ...], str | None, str, int], list[float]] = {}
-        capped: dict[str, bool] = {}
+        # Jobs of one ``Ask.key`` share their team, queue, classes, size and limit: per key, one
+        # of its asks, its limit and whether its queue caps users; the jobs counted by key,
+        # user (in a queue that caps users) and forecast (its index), then summed per group
+        keyed: dict[int, tuple[Ask, float, bool]] = {}
+        counts: dict[tuple[int, str | None, int], int] = {}
         for ask in jobs:
-            limit = ask.runtime.total_seconds()
+            known = keyed.get(ask.key)
+            if known is None:
+                known = keyed[ask.key] = (ask, ask.runtime.total_seconds(), ask.queue.caps_users)
+            limit, caps = known[1], known[2]
             kind = kind_of(ask)
             value = (kind.likely, kind.low, kind.high)
             index = kinds.get(value)
@@ -314,16 +319,18 @@ class Tail:
                 tail.kinds.append(kind)
             limits.append(limit)
             kind_index.append(index)
-            queue = ask.queue
-            caps = capped.get(queue.name)
-            if caps is None:
-                caps = capped[queue.name] = queue.caps_users
-            group = (ask.job.team, ask.classes, ask.job.user if caps else None, queue.name, index)
+            counted = (ask.key, ask.job.user if caps else None, index)
+            counts[counted] = counts.get(counted, 0) + 1
+        # by team, classes, user (in a queue that caps users), queue, forecast (its index)
+        sums: dict[tuple[str, tuple[str, ...], str | None, str, int], list[float]] = {}
+        for (key, user, index), count in counts.items():
+            ask, limit, _ = keyed[key]
+            group = (ask.job.team, ask.classes, user, ask.queue.name, index)
             found = sums.get(group)
             if found is None:
                 found = sums[group] = [0.0, 0.0, 0.0]
             demand = ask.min_demand
-            work = demand * limit
+            work = demand * limit * count
             found[0] += work
             found[1] += work * limit
             found[2] += work * demand
